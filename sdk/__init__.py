@@ -1,0 +1,43 @@
+"""looplift SDK: run the generate -> execute -> feedback loop and send every episode to the collector.
+
+Imports only httpx, openai and pydantic: no torch, vllm, docker or sqlmodel.
+"""
+
+from ._collector_client import ClientStats, CollectorClient
+from ._env import Environment, StepResult, Verifier
+from ._home import looplift_home
+from ._loop import Sampling, arun, run
+from ._types import (
+    TRAJECTORY_SCHEMA_VERSION,
+    Feedback,
+    IngestResult,
+    Message,
+    Outcome,
+    Step,
+    Task,
+    Trajectory,
+    TrajectoryBatch,
+    TurnTokens,
+)
+
+__all__ = [
+    "ClientStats",
+    "CollectorClient",
+    "Sampling",
+    "arun",
+    "looplift_home",
+    "run",
+    "TRAJECTORY_SCHEMA_VERSION",
+    "Environment",
+    "Feedback",
+    "IngestResult",
+    "Message",
+    "Outcome",
+    "Step",
+    "StepResult",
+    "Task",
+    "Trajectory",
+    "TrajectoryBatch",
+    "TurnTokens",
+    "Verifier",
+]

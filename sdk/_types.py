@@ -1,0 +1,144 @@
+"""The trajectory contract: defined once here, stored by `collector`, read by `trainer`.
+
+A trajectory is one finished episode of the generate -> execute -> feedback loop. Messages use the
+OpenAI chat format; each assistant turn may carry the token ids and logprobs vLLM returned
+(`return_token_ids`, `logprobs`) so that RL trainers need not re-tokenize. Bump
+`TRAJECTORY_SCHEMA_VERSION` when a field changes meaning.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TRAJECTORY_SCHEMA_VERSION = 1
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_id() -> str:
+    """A client-generated trajectory id (makes ingest idempotent)."""
+    return uuid.uuid4().hex
+
+
+class Task(BaseModel):
+    """One unit of work an environment can be reset to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=256)
+    prompt: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallFunction(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class Message(BaseModel):
+    """An OpenAI chat message (tool calls included)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    content: Optional[str] = None
+    name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+
+
+class TurnTokens(BaseModel):
+    """What the server returned for one assistant turn, when it returned it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message_index: int = Field(ge=0, description="index of the assistant message in `messages`")
+    prompt_token_ids: Optional[list[int]] = None
+    completion_token_ids: Optional[list[int]] = None
+    completion_logprobs: Optional[list[float]] = None
+    finish_reason: Optional[str] = None
+
+
+class Step(BaseModel):
+    """One generate -> execute -> feedback step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(ge=0)
+    action: str
+    observation: str
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
+    generate_seconds: float = Field(default=0.0, ge=0)
+    execute_seconds: float = Field(default=0.0, ge=0)
+
+
+class Outcome(BaseModel):
+    """What the verifier decided. A verifier that crashed is `error`, never silently reward 0."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool
+    reward: float
+    details: dict[str, Any] = Field(default_factory=dict)
+    error: Optional[str] = None
+
+
+class Trajectory(BaseModel):
+    """One finished episode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = TRAJECTORY_SCHEMA_VERSION
+    id: str = Field(default_factory=new_id, min_length=1, max_length=128)
+    app: str = Field(default="default", min_length=1, max_length=128)
+    task_id: str = Field(min_length=1, max_length=256)
+    model: str = Field(description="the model name the application asked for (e.g. the alias `policy`)")
+    served_version: Optional[str] = Field(default=None, description="the version that actually answered")
+    messages: list[Message]
+    turns: list[TurnTokens] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    outcome: Optional[Outcome] = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    started_at: datetime = Field(default_factory=_now)
+    finished_at: datetime = Field(default_factory=_now)
+
+
+class TrajectoryBatch(BaseModel):
+    """The body of `POST /v1/trajectories`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectories: list[Trajectory] = Field(min_length=1, max_length=1000)
+
+
+class IngestResult(BaseModel):
+    accepted: int
+    duplicates: int
+    ids: list[str]
+
+
+class Feedback(BaseModel):
+    """Late user feedback, joined to a trajectory by id (`POST /v1/feedback`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectory_id: str = Field(min_length=1, max_length=128)
+    rating: Optional[float] = Field(default=None, ge=-1.0, le=1.0)
+    correction: Optional[str] = None
+    text: Optional[str] = None
