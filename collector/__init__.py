@@ -1,0 +1,55 @@
+"""looplift collector: every finished episode is anonymized, scored and stored here, and curated
+into training data by `collector export`.
+
+Public API:
+
+- `CollectorSettings`, `create_app`, `serve_in_thread` / `ServerHandle`: the ingest service.
+- `Store`, `open_store`, `CollectorStats`, `GroupStats`: the database (SQLite or Postgres,
+  schema by Alembic migrations).
+- `anonymize_text`, `anonymize_trajectory`, `AnonymizerState`, `Entity`: the anonymizer.
+- `export`, `ExportManifest`, `ExportFilters`: training data export.
+- errors: `CollectorError` and its subclasses (see `collector.errors`).
+"""
+
+from __future__ import annotations
+
+from ._anonymize import AnonymizerState, Entity, anonymize_text, anonymize_trajectory
+from ._app import create_app
+from ._db import CollectorStats, GroupStats, Store, open_store
+from ._export import ExportFilters, ExportManifest, export
+from ._serve import ServerHandle, serve_in_thread
+from ._settings import CollectorSettings
+from .errors import (
+    CollectorError,
+    ConfigError,
+    ExportError,
+    MigrationError,
+    StorageError,
+    UnknownTrajectoryError,
+    UnsupportedFormatError,
+)
+
+__all__ = [
+    "AnonymizerState",
+    "CollectorError",
+    "CollectorSettings",
+    "CollectorStats",
+    "ConfigError",
+    "Entity",
+    "ExportError",
+    "ExportFilters",
+    "ExportManifest",
+    "GroupStats",
+    "MigrationError",
+    "ServerHandle",
+    "StorageError",
+    "Store",
+    "UnknownTrajectoryError",
+    "UnsupportedFormatError",
+    "anonymize_text",
+    "anonymize_trajectory",
+    "create_app",
+    "export",
+    "open_store",
+    "serve_in_thread",
+]

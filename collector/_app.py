@@ -1,0 +1,183 @@
+"""The collector's HTTP API: ingest, feedback, stats, health.
+
+`POST /v1/trajectories` reads the body under a size cap (413 past it), validates it as a
+`TrajectoryBatch` (422 naming the bad field, nothing stored), then anonymizes, scores and stores
+the whole batch in one transaction, idempotently by trajectory id. Blocking work (anonymizer,
+database) runs in the thread pool so the event loop keeps accepting requests.
+
+Deliberately not here: curation and export (`_export.py`), rate limiting and TLS (put a proxy in
+front), and gzip request bodies (clients send batches of a few MB at most).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from sdk._types import Feedback, IngestResult, TrajectoryBatch
+
+from . import _defaults
+from ._db import Store, open_store
+from ._settings import CollectorSettings
+from .errors import StorageError, UnknownTrajectoryError
+
+
+class FeedbackResult(BaseModel):
+    """Response of `POST /v1/feedback`."""
+
+    id: int
+    trajectory_id: str
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "body"
+
+
+def _validation_response(errors: list[Any], what: str) -> JSONResponse:
+    # The submitted values ("input") are left out on purpose: they may be the very PII the
+    # collector exists to keep out of logs and responses.
+    items = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
+    summary = "; ".join(f"{_loc(tuple(e['loc']))}: {e['msg']}" for e in errors[:10])
+    more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+    return JSONResponse(
+        status_code=422,
+        content={"detail": f"invalid {what}: {summary}{more}. Nothing was stored.", "errors": items},
+    )
+
+
+async def _read_capped(request: Request, cap: int) -> bytes:
+    too_big = HTTPException(
+        status_code=413,
+        detail=f"request body exceeds the collector's limit of {cap} bytes: send smaller batches "
+        "(the SDK client splits them) or raise CollectorSettings.max_body_bytes",
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    # Counted while streaming too: a chunked body has no Content-Length to check up front.
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(settings: CollectorSettings | None = None, *, store: Store | None = None) -> FastAPI:
+    """The collector's FastAPI app. Opens (and migrates) the store now unless one is given.
+
+    Args:
+        settings: configuration; `CollectorSettings.from_env()` when None.
+        store: an already open store to use instead of opening `settings.db_url` (the app then
+            does not close it on shutdown).
+    """
+    settings = settings or CollectorSettings.from_env()
+    owns_store = store is None
+    the_store = store if store is not None else open_store(settings.db_url)
+    keys = tuple(k.encode() for k in settings.api_keys)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owns_store:
+            the_store.close()
+
+    app = FastAPI(title="looplift collector", version="1", lifespan=lifespan)
+    app.state.store = the_store
+    app.state.settings = settings
+
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation(_r: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_response(list(exc.errors()), "request")
+
+    @app.exception_handler(StorageError)
+    async def _on_storage(_r: Request, exc: StorageError) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"detail": str(exc)})
+
+    def require_key(request: Request) -> None:
+        if not keys:
+            return
+        given = request.headers.get("x-api-key", "")
+        auth = request.headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        # Constant-time comparison against every key: no timing hint about which prefix matched.
+        ok = False
+        for k in keys:
+            ok |= hmac.compare_digest(given.encode(), k)
+        if not ok:
+            raise HTTPException(
+                status_code=401,
+                detail="missing or invalid API key: send `Authorization: Bearer <key>` (or `X-API-Key: <key>`) "
+                f"with one of the keys the collector was started with ({_defaults.ENV_KEYS}, comma-separated)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    batch_schema = {"content": {"application/json": {"schema": TrajectoryBatch.model_json_schema()}}, "required": True}
+    feedback_schema = {"content": {"application/json": {"schema": Feedback.model_json_schema()}}, "required": True}
+
+    @app.post(
+        "/v1/trajectories",
+        response_model=IngestResult,
+        dependencies=[Depends(require_key)],
+        openapi_extra={"requestBody": batch_schema},
+    )
+    async def ingest(request: Request) -> IngestResult:
+        """Anonymize, score and store a batch of trajectories (idempotent by id)."""
+        body = await _read_capped(request, settings.max_body_bytes)
+        try:
+            batch = TrajectoryBatch.model_validate_json(body)
+        except ValidationError as e:
+            return _validation_response(e.errors(), "trajectory batch")  # type: ignore[return-value]
+        return await run_in_threadpool(the_store.add_trajectories, batch.trajectories)
+
+    @app.post(
+        "/v1/feedback",
+        response_model=FeedbackResult,
+        dependencies=[Depends(require_key)],
+        openapi_extra={"requestBody": feedback_schema},
+    )
+    async def feedback(request: Request) -> Any:
+        """Join late user feedback to a stored trajectory (404 if the id is unknown)."""
+        body = await _read_capped(request, settings.max_body_bytes)
+        try:
+            fb = Feedback.model_validate_json(body)
+        except ValidationError as e:
+            return _validation_response(e.errors(), "feedback")
+        try:
+            fid = await run_in_threadpool(the_store.add_feedback, fb)
+        except UnknownTrajectoryError as e:
+            raise HTTPException(status_code=404, detail=str(e)) from e
+        return FeedbackResult(id=fid, trajectory_id=fb.trajectory_id)
+
+    @app.get("/v1/stats")
+    async def stats() -> dict[str, Any]:
+        """Counts overall, per app and per served version."""
+        return (await run_in_threadpool(the_store.stats)).to_dict()
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 when the database answers, 503 otherwise."""
+
+        def ping() -> None:
+            with the_store.engine.connect() as conn:
+                conn.execute(sa.select(1))
+
+        try:
+            await run_in_threadpool(ping)
+        except sa.exc.SQLAlchemyError as e:
+            return JSONResponse(status_code=503, content={"status": "unavailable", "detail": f"database: {e}"})
+        return JSONResponse({"status": "ok", "database": the_store.dialect})
+
+    return app

@@ -1,0 +1,40 @@
+"""Every default the collector uses, in one place (STYLE.md 3).
+
+Nothing here reads the environment at import time; `CollectorSettings.from_env()` does that.
+"""
+
+from __future__ import annotations
+
+#: Environment variable naming the state directory (db, models, adapters, spool live under it).
+ENV_HOME = "LOOPLIFT_HOME"
+#: Environment variable overriding the database URL.
+ENV_DB = "LOOPLIFT_COLLECTOR_DB"
+#: Environment variable holding the accepted API keys, comma-separated.
+ENV_KEYS = "LOOPLIFT_COLLECTOR_KEYS"
+
+#: State directory when `LOOPLIFT_HOME` is unset.
+DEFAULT_HOME = "~/.looplift"
+#: SQLite file name under the state directory.
+DB_FILENAME = "collector.db"
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8100
+
+#: Largest accepted request body. 16 MiB holds ~1000 trajectories of ~16 KB; bigger batches
+#: should be split by the client rather than buffered whole in the collector.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+#: How long a SQLite writer waits for the lock before failing. Several ingest workers (or an
+#: export running beside ingest) contend for SQLite's single writer; 10 s absorbs bursts.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+#: Alembic's bookkeeping table. Named for the collector so that other components can keep their
+#: own migrations in the same Postgres database without fighting over `alembic_version`.
+ALEMBIC_VERSION_TABLE = "collector_alembic_version"
+
+#: Rows fetched per page while exporting; bounds memory whatever the table size.
+EXPORT_BATCH_SIZE = 500
+
+#: Export formats known to the collector, and the ones implemented so far.
+EXPORT_FORMATS = ("sft", "dpo", "grpo")
+EXPORT_FORMATS_SUPPORTED = ("sft",)

@@ -1,0 +1,49 @@
+"""The collector's exception tree. Every message says what went wrong and how to fix it.
+
+    CollectorError                 base of everything below
+    ├── ConfigError                a setting or CLI argument is invalid (also a ValueError)
+    ├── StorageError               the database could not be opened, migrated or written
+    │   └── MigrationError         Alembic could not bring the schema to `head`
+    ├── UnknownTrajectoryError     feedback or a lookup named a trajectory id that is not stored
+    └── ExportError                `export()` could not write its output
+        └── UnsupportedFormatError the format is unknown or not implemented yet (also a ValueError)
+
+Expected outcomes (a duplicate trajectory, a trajectory with no outcome) are data, not errors.
+"""
+
+from __future__ import annotations
+
+
+class CollectorError(Exception):
+    """Base class of every error the collector raises on purpose."""
+
+
+class ConfigError(CollectorError, ValueError):
+    """A setting or CLI argument is invalid; the message names it and the accepted values."""
+
+
+class StorageError(CollectorError):
+    """The database could not be opened, migrated or written."""
+
+
+class MigrationError(StorageError):
+    """Alembic could not upgrade the schema to `head`."""
+
+
+class UnknownTrajectoryError(CollectorError, LookupError):
+    """A trajectory id that is not stored (feedback must follow the trajectory it rates)."""
+
+    def __init__(self, trajectory_id: str) -> None:
+        self.trajectory_id = trajectory_id
+        super().__init__(
+            f"unknown trajectory id {trajectory_id!r}: feedback joins an already ingested trajectory; "
+            "send the trajectory to POST /v1/trajectories first (the SDK spool does this on flush)"
+        )
+
+
+class ExportError(CollectorError):
+    """`export()` could not produce its output."""
+
+
+class UnsupportedFormatError(ExportError, ValueError):
+    """The requested export format is unknown or not implemented yet."""

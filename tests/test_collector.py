@@ -1,0 +1,385 @@
+"""The collector service end to end: real SQLite files, real HTTP on 127.0.0.1 where the wire
+matters (auth, size cap, PII on disk), TestClient elsewhere, the CLI through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+import collector
+from collector import (
+    CollectorSettings,
+    UnsupportedFormatError,
+    create_app,
+    export,
+    open_store,
+    serve_in_thread,
+)
+from collector._cli import app as cli_app
+from sdk._types import (
+    Message,
+    Outcome,
+    Step,
+    ToolCall,
+    ToolCallFunction,
+    Trajectory,
+    TrajectoryBatch,
+    TurnTokens,
+)
+
+KEY = "test-key-123"
+
+
+def traj(i: int = 0, *, reward: float | None = 1.0, app: str = "demo", version: str = "policy-v1", content: str = "2+2?") -> Trajectory:
+    return Trajectory(
+        id=f"traj-{i:04d}",
+        app=app,
+        task_id=f"task-{i % 3}",
+        model="policy",
+        served_version=version,
+        messages=[
+            Message(role="user", content=content),
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="c1", function=ToolCallFunction(name="python", arguments='{"code": "print(2+2)"}'))],
+            ),
+            Message(role="tool", tool_call_id="c1", content="4"),
+            Message(role="assistant", content="4"),
+        ],
+        turns=[TurnTokens(message_index=3, prompt_token_ids=[1, 2], completion_token_ids=[3], completion_logprobs=[-0.5])],
+        outcome=None if reward is None else Outcome(success=reward >= 1.0, reward=reward),
+    )
+
+
+def body(*ts: Trajectory) -> str:
+    return TrajectoryBatch(trajectories=list(ts)).model_dump_json()
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'collector.db'}"
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app(CollectorSettings(db_url=db_url))) as c:
+        yield c
+
+
+@pytest.fixture
+def server(db_url: str) -> Iterator[collector.ServerHandle]:
+    with serve_in_thread(CollectorSettings(db_url=db_url, api_keys=(KEY,), max_body_bytes=64 * 1024)) as h:
+        yield h
+
+
+def row_count(db_url: str, table: str = "trajectories") -> int:
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_public_api_is_exactly_all() -> None:
+    public = {n for n in dir(collector) if not n.startswith("_")} - {"annotations", "errors"}
+    assert public == set(collector.__all__)
+    for name in collector.__all__:
+        assert getattr(collector, name).__doc__, name
+
+
+def test_ingest_is_idempotent(client: TestClient, db_url: str) -> None:
+    b = body(traj(1), traj(2))
+    r1 = client.post("/v1/trajectories", content=b)
+    assert r1.status_code == 200 and r1.json() == {"accepted": 2, "duplicates": 0, "ids": ["traj-0001", "traj-0002"]}
+    r2 = client.post("/v1/trajectories", content=b)
+    assert r2.status_code == 200 and r2.json()["accepted"] == 0 and r2.json()["duplicates"] == 2
+    # Duplicates within one batch are also stored once.
+    r3 = client.post("/v1/trajectories", content=body(traj(3), traj(3)))
+    assert r3.json()["accepted"] == 1 and r3.json()["duplicates"] == 1
+    assert row_count(db_url) == 3
+
+
+def test_scores_come_from_outcome(client: TestClient, db_url: str) -> None:
+    client.post("/v1/trajectories", content=body(traj(1, reward=0.25), traj(2, reward=None)))
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        rows = {r[0]: r[1:] for r in conn.execute("SELECT id, success, reward, score, n_messages FROM trajectories")}
+    assert rows["traj-0001"] == (0, 0.25, 0.25, 4)
+    assert rows["traj-0002"] == (None, None, None, 4)
+
+
+def test_malformed_batch_is_422_naming_the_field_and_stores_nothing(client: TestClient, db_url: str) -> None:
+    good = traj(1).model_dump(mode="json")
+    bad = traj(2).model_dump(mode="json")
+    del bad["task_id"]
+    r = client.post("/v1/trajectories", json={"trajectories": [good, bad]})
+    assert r.status_code == 422
+    assert "trajectories.1.task_id" in r.json()["detail"] and "Field required" in r.json()["detail"]
+    assert r.json()["errors"][0]["loc"] == ["trajectories", 1, "task_id"]
+    assert row_count(db_url) == 0
+    r = client.post("/v1/trajectories", content=b"{not json")
+    assert r.status_code == 422 and "invalid trajectory batch" in r.json()["detail"]
+
+
+def test_422_does_not_echo_submitted_values(client: TestClient) -> None:
+    bad = traj(1).model_dump(mode="json")
+    bad["messages"][0]["role"] = "jane@secret.example"
+    r = client.post("/v1/trajectories", json={"trajectories": [bad]})
+    assert r.status_code == 422 and "jane@secret.example" not in r.text
+
+
+def test_oversized_body_is_413_over_http(server: collector.ServerHandle, db_url: str) -> None:
+    big = traj(1, content="x" * 100_000)
+    r = httpx.post(f"{server.url}/v1/trajectories", content=body(big), headers={"X-API-Key": KEY})
+    assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the cap is enforced while streaming
+        data = body(big).encode()
+        for i in range(0, len(data), 8192):
+            yield data[i : i + 8192]
+
+    r = httpx.post(f"{server.url}/v1/trajectories", content=chunks(), headers={"X-API-Key": KEY})
+    assert r.status_code == 413
+    assert row_count(db_url) == 0
+
+
+def test_api_key_required_when_configured(server: collector.ServerHandle, db_url: str) -> None:
+    url = f"{server.url}/v1/trajectories"
+    r = httpx.post(url, content=body(traj(1)))
+    assert r.status_code == 401 and "Authorization: Bearer" in r.json()["detail"]
+    assert httpx.post(url, content=body(traj(1)), headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.post(f"{server.url}/v1/feedback", json={"trajectory_id": "traj-0001"}).status_code == 401
+    assert row_count(db_url) == 0
+    assert httpx.post(url, content=body(traj(1)), headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert httpx.post(url, content=body(traj(2)), headers={"X-API-Key": KEY}).status_code == 200
+    assert row_count(db_url) == 2
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+
+
+def test_feedback_joins_by_id_and_404_for_unknown(client: TestClient, db_url: str) -> None:
+    client.post("/v1/trajectories", content=body(traj(1)))
+    r = client.post("/v1/feedback", json={"trajectory_id": "traj-0001", "rating": -1, "text": "wrong, mail me at a@b.org"})
+    assert r.status_code == 200 and r.json()["trajectory_id"] == "traj-0001"
+    r = client.post("/v1/feedback", json={"trajectory_id": "nope", "rating": 1})
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+    assert client.post("/v1/feedback", json={"trajectory_id": "traj-0001", "rating": 5}).status_code == 422
+    store = open_store(db_url)
+    fb = store.feedback_for("traj-0001")
+    store.close()
+    assert [(f.rating, f.text) for f in fb] == [(-1.0, "wrong, mail me at <EMAIL_1>")]
+
+
+def test_stats_counts_per_app_and_version(client: TestClient) -> None:
+    client.post(
+        "/v1/trajectories",
+        content=body(
+            traj(1, reward=1.0, app="a", version="policy-v1"),
+            traj(2, reward=0.0, app="a", version="policy-v2"),
+            traj(3, reward=0.5, app="b", version="policy-v2"),
+            traj(4, reward=None, app="b", version="policy-v2"),
+        ),
+    )
+    s = client.get("/v1/stats").json()
+    assert (s["total"], s["with_outcome"], s["successes"]) == (4, 3, 1)
+    assert s["mean_reward"] == pytest.approx(0.5)
+    assert s["by_app"]["a"] == {"total": 2, "with_outcome": 2, "successes": 1, "mean_reward": 0.5}
+    assert s["by_app"]["b"]["total"] == 2 and s["by_app"]["b"]["with_outcome"] == 1
+    assert s["by_served_version"]["policy-v2"]["total"] == 3
+    assert s["by_served_version"]["policy-v1"]["successes"] == 1
+
+
+PII = {
+    "email": "alice.smith@private-mail.example",
+    "phone": "+44 20 7946 0958",
+    "us_phone": "(555) 123-4567",
+    "card": "4111 1111 1111 1111",
+    "key": "sk-proj-ZYXWVUTSRQPONMLKJIHGFEDCBA987654",
+    "aws": "AKIAIOSFODNN7EXAMPLE",
+    "ip": "203.0.113.77",
+}
+
+
+def test_pii_never_reaches_the_database_file(server: collector.ServerHandle, db_url: str, tmp_path: Path) -> None:
+    text = " ".join(f"{k}: {v}" for k, v in PII.items())
+    t = traj(1, content=f"My details: {text}")
+    t.metadata["contact"] = PII["email"]
+    t.steps.append(Step(index=0, action=f"lookup('{PII['card']}')", observation=PII["phone"]))
+    r = httpx.post(f"{server.url}/v1/trajectories", content=body(t), headers={"X-API-Key": KEY})
+    assert r.status_code == 200 and r.json()["accepted"] == 1
+    r = httpx.post(
+        f"{server.url}/v1/feedback",
+        json={"trajectory_id": t.id, "correction": f"use {PII['us_phone']}", "text": PII["key"]},
+        headers={"X-API-Key": KEY},
+    )
+    assert r.status_code == 200
+    server.stop()  # checkpoint the WAL into the main file by closing every connection
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("collector.db*"))
+    assert b"<EMAIL_1>" in raw  # the row is there ...
+    for value in PII.values():  # ... and none of the originals, in any encoding they were sent
+        assert value.encode() not in raw, value
+        assert value.replace(" ", "").encode() not in raw, value
+    stored = open_store(db_url).get(t.id)
+    assert stored is not None and stored.turns[0].completion_token_ids is None
+    assert stored.metadata["looplift_token_ids_redacted"] is True
+
+
+def test_token_ids_kept_when_no_pii(client: TestClient, db_url: str) -> None:
+    client.post("/v1/trajectories", content=body(traj(1)))
+    stored = open_store(db_url).get("traj-0001")
+    assert stored is not None and stored.turns[0].completion_token_ids == [3]
+    assert "looplift_token_ids_redacted" not in stored.metadata
+
+
+def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from collector._db import metadata
+
+    url = f"sqlite:///{tmp_path / 'fresh' / 'c.db'}"
+    s1 = open_store(url)
+    s1.add_trajectories([traj(1)])
+    s1.close()
+    with sqlite3.connect(tmp_path / "fresh" / "c.db") as conn:
+        assert conn.execute("SELECT version_num FROM collector_alembic_version").fetchall() == [("0001",)]
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    s2 = open_store(url)  # second startup: upgrade head is a no-op, data kept
+    assert s2.count() == 1
+    with s2.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
+    s2.close()
+    # The migration builds exactly what the models declare (only Alembic's own table differs).
+    assert [d for d in diff if not (d[0] == "remove_table" and d[1].name == "collector_alembic_version")] == []
+
+
+def test_idempotent_insert_compiles_for_postgres() -> None:
+    # Postgres is not installed on this machine; check the statement the same code path builds.
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.dialects.postgresql import insert
+
+    from collector._db import TrajectoryRow
+
+    stmt = insert(TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
+    sql = str(stmt.compile(dialect=postgresql.dialect()))
+    assert "ON CONFLICT (id) DO NOTHING" in sql and "RETURNING trajectories.id" in sql
+
+
+def _ingest_for_export(db_url: str) -> None:
+    store = open_store(db_url)
+    store.add_trajectories([traj(i, reward=r, app="a" if i % 2 else "b") for i, r in enumerate([1.0, 0.2, 0.9, None, 0.5])])
+    store.close()
+
+
+def test_export_sft_content_order_and_manifest(db_url: str, tmp_path: Path) -> None:
+    _ingest_for_export(db_url)
+    out = tmp_path / "out" / "sft.jsonl"
+    m = export(db_url, out, format="sft", batch_size=2)  # several pages
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert m.count == 5 == len(lines)
+    assert [x["id"] for x in lines] == [f"traj-{i:04d}" for i in range(5)]
+    first = lines[0]
+    assert set(first) == {"id", "task_id", "app", "served_version", "reward", "messages"}
+    assert first["messages"][1]["tool_calls"][0]["function"] == {"name": "python", "arguments": '{"code": "print(2+2)"}'}
+    assert first["messages"][2] == {"role": "tool", "content": "4", "tool_call_id": "c1"}
+    manifest = json.loads((tmp_path / "out" / "sft.manifest.json").read_text())
+    assert manifest["count"] == 5 and manifest["format"] == "sft" and manifest["by_app"] == {"a": 2, "b": 3}
+    assert manifest["filters"]["min_reward"] is None
+    assert not list((tmp_path / "out").glob(".*tmp"))  # temp files renamed or removed
+
+
+def test_export_filters(db_url: str, tmp_path: Path) -> None:
+    _ingest_for_export(db_url)
+    m = export(db_url, tmp_path / "hi.jsonl", min_reward=0.5)
+    ids = [json.loads(x)["id"] for x in (tmp_path / "hi.jsonl").read_text().splitlines()]
+    assert ids == ["traj-0000", "traj-0002", "traj-0004"] and m.count == 3
+    assert m.filters.min_reward == 0.5
+    assert export(db_url, tmp_path / "a.jsonl", app="a").count == 2
+    assert export(db_url, tmp_path / "l.jsonl", limit=2, batch_size=1).count == 2
+    future = datetime.now(timezone.utc) + timedelta(days=1)
+    assert export(db_url, tmp_path / "f.jsonl", since=future).count == 0
+    assert export(db_url, tmp_path / "u.jsonl", until=future).count == 5
+
+
+def test_export_rejects_unknown_and_future_formats(db_url: str, tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedFormatError, match="choose one of sft"):
+        export(db_url, tmp_path / "x.jsonl", format="csv")
+    with pytest.raises(UnsupportedFormatError, match="not yet supported"):
+        export(db_url, tmp_path / "x.jsonl", format="dpo")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_settings_from_env(tmp_path: Path) -> None:
+    s = CollectorSettings.from_env({"LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_COLLECTOR_KEYS": "a, b,,"})
+    assert s.db_url == f"sqlite:///{tmp_path / 'collector.db'}" and s.api_keys == ("a", "b")
+    s = CollectorSettings.from_env({"LOOPLIFT_COLLECTOR_DB": "sqlite:////x/y.db"}, max_body_bytes=10)
+    assert s.db_url == "sqlite:////x/y.db" and s.max_body_bytes == 10 and s.api_keys == ()
+    with pytest.raises(collector.ConfigError, match="max_body_bytes"):
+        CollectorSettings.from_env({}, max_body_bytes=0)
+
+
+def test_cli_export_and_stats(db_url: str, tmp_path: Path) -> None:
+    _ingest_for_export(db_url)
+    runner = CliRunner()
+    out = tmp_path / "cli.jsonl"
+    r = runner.invoke(cli_app, ["export", "--format", "sft", "--min-reward", "0.9", "--out", str(out), "--db", db_url])
+    assert r.exit_code == 0, r.output
+    assert "wrote 2 sft lines" in r.output and len(out.read_text().splitlines()) == 2
+    assert (tmp_path / "cli.manifest.json").exists()
+    r = runner.invoke(cli_app, ["stats", "--db", db_url, "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["total"] == 5
+    r = runner.invoke(cli_app, ["stats", "--db", db_url])
+    assert r.exit_code == 0 and "5 trajectories" in r.output
+
+
+def test_cli_bad_input_exits_2_without_traceback(db_url: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    for args, needle in [
+        (["export", "--format", "dpo", "--out", str(tmp_path / "x.jsonl"), "--db", db_url], "not yet supported"),
+        (["export", "--since", "yesterday", "--out", str(tmp_path / "x.jsonl"), "--db", db_url], "ISO"),
+        (["export", "--out", str(tmp_path), "--db", db_url], "directory"),
+    ]:
+        r = runner.invoke(cli_app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert needle in r.output and "Traceback" not in r.output
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A Postgres database from LOOPLIFT_TEST_POSTGRES_URL (e.g. a local `initdb` cluster on
+    127.0.0.1); the collector's tables are dropped before and after."""
+    import os
+
+    url = os.environ.get("LOOPLIFT_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set LOOPLIFT_TEST_POSTGRES_URL=postgresql+psycopg://USER@127.0.0.1:PORT/DB to run")
+    import sqlalchemy as sa
+
+    def drop() -> None:
+        eng = sa.create_engine(url)
+        with eng.begin() as conn:
+            for t in ("feedback", "trajectories", "collector_alembic_version"):
+                conn.execute(sa.text(f'DROP TABLE IF EXISTS "{t}"'))
+        eng.dispose()
+
+    drop()
+    yield url
+    drop()
+
+
+def test_postgres_same_code_path(pg_url: str, tmp_path: Path) -> None:
+    with TestClient(create_app(CollectorSettings(db_url=pg_url))) as c:
+        assert c.post("/v1/trajectories", content=body(traj(1, reward=1.0), traj(2, reward=0.0))).json()["accepted"] == 2
+        r = c.post("/v1/trajectories", content=body(traj(1), traj(3, content="mail x@y.org")))
+        assert r.json() == {"accepted": 1, "duplicates": 1, "ids": ["traj-0001", "traj-0003"]}
+        assert c.post("/v1/feedback", json={"trajectory_id": "traj-0002", "rating": 1}).status_code == 200
+        s = c.get("/v1/stats").json()
+        assert (s["total"], s["successes"], s["feedback"]) == (3, 2, 1)
+    store = open_store(pg_url)  # second startup against a migrated Postgres: no-op
+    assert store.get("traj-0003").messages[0].content == "mail <EMAIL_1>"  # type: ignore[union-attr]
+    m = export(store, tmp_path / "pg.jsonl", min_reward=0.5)
+    store.close()
+    assert m.count == 2
