@@ -77,8 +77,7 @@ class CollectorClient:
         self._queue: deque[Trajectory] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._flushed = threading.Event()
         self._closed = False
         self._next_replay = 0.0
         self.stats = ClientStats()
@@ -95,15 +94,18 @@ class CollectorClient:
                 self._spool([trajectory])
                 return
             self._queue.append(trajectory)
-            self._idle.clear()
         if len(self._queue) >= self._batch_size:
             self._wake.set()
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until everything submitted so far was sent or spooled; True if that happened in time."""
+        """Wait until everything submitted so far was sent or spooled and the spool was retried once;
+        True if that happened within `timeout` seconds."""
+        if self._closed:
+            return True
         self._next_replay = 0.0
+        self._flushed.clear()
         self._wake.set()
-        return self._idle.wait(timeout)
+        return self._flushed.wait(timeout)
 
     def pending_spool(self) -> list[Path]:
         """Spooled batch files waiting to be replayed, oldest first."""
@@ -160,7 +162,7 @@ class CollectorClient:
             self._replay()
         with self._lock:
             if not self._queue:
-                self._idle.set()
+                self._flushed.set()
 
     def _post(self, lines: list[str]) -> str:
         body = '{"trajectories":[' + ",".join(lines) + "]}"
