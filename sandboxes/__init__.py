@@ -1,0 +1,58 @@
+"""Isolated execution of model-written code.
+
+Two backends behind one `Sandbox` interface: `DockerSandbox` (a hardened, network-less container per
+sandbox, commands run as execs in it) and `LocalSandbox` (host subprocesses with rlimits and, where
+the host allows, namespaces; a fallback, not a security boundary — see `LOCAL_LIMITATIONS`).
+`SandboxPool` keeps sandboxes warm for concurrent episodes. `make_sandbox`/`make_pool` pick the
+backend with `detect_backend`. Whatever the code does comes back as an `ExecResult`; only failures
+of the machinery raise (`sandboxes.errors`).
+
+`import sandboxes` needs neither docker-py nor an engine; the Docker backend imports docker when a
+DockerSandbox is made.
+"""
+
+from __future__ import annotations
+
+from ._base import ExecResult, Sandbox
+from ._config import SandboxConfig
+from ._docker import DockerSandbox
+from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
+from ._image import build_image
+from ._local import LIMITATIONS as LOCAL_LIMITATIONS
+from ._local import LocalSandbox
+from ._pool import SandboxPool
+from .errors import (
+    EngineUnavailableError,
+    ImageBuildError,
+    ImageNotFoundError,
+    SandboxBrokenError,
+    SandboxClosedError,
+    SandboxError,
+    SandboxFileError,
+    SandboxStartError,
+)
+
+__all__ = [
+    "LOCAL_LIMITATIONS",
+    "BackendChoice",
+    "DockerSandbox",
+    "EngineUnavailableError",
+    "ExecResult",
+    "ImageBuildError",
+    "ImageNotFoundError",
+    "LocalSandbox",
+    "Sandbox",
+    "SandboxBrokenError",
+    "SandboxClosedError",
+    "SandboxConfig",
+    "SandboxError",
+    "SandboxFileError",
+    "SandboxPool",
+    "SandboxStartError",
+    "build_image",
+    "choose_backend",
+    "detect_backend",
+    "make_pool",
+    "make_sandbox",
+]
+

@@ -1,0 +1,55 @@
+"""Default values for the sandboxes package, in one place.
+
+Every default a config field, a CLI flag or a helper falls back to lives here, so that changing one
+changes it everywhere. Nothing in this module has behaviour.
+"""
+
+from __future__ import annotations
+
+#: Image tag the Docker backend runs; `build_image` makes it offline when it is missing.
+IMAGE = "looplift-sandbox:py311"
+#: Memory a sandbox may use, in MiB (Docker: cgroup limit without swap; local: RLIMIT_AS).
+MEMORY_MB = 256
+#: Most processes/threads alive at once inside a Docker sandbox (cgroup pids limit).
+PIDS = 64
+#: CPU share of a Docker sandbox, in cores.
+CPUS = 1.0
+#: Default wall-clock limit for one exec, in seconds.
+TIMEOUT_S = 10.0
+#: Size of the writable workdir tmpfs (Docker) or the largest file one may write (local), in MiB.
+WORKDIR_MB = 64
+#: Size of the /tmp tmpfs inside a Docker sandbox, in MiB.
+TMP_MB = 16
+#: Bytes kept of each of stdout and stderr; the rest is counted as truncated and dropped.
+OUTPUT_LIMIT_BYTES = 64 * 1024
+#: Open files a local sandbox process may hold (RLIMIT_NOFILE).
+NOFILE = 256
+
+#: Working directory inside a Docker sandbox.
+WORKDIR = "/work"
+#: uid:gid that runs model code inside a Docker sandbox ("nobody").
+EXEC_USER = "65534:65534"
+#: uid:gid that runs the idle keeper process (`sleep infinity`). It differs from EXEC_USER on purpose:
+#: cleanup runs `kill -9 -1` as EXEC_USER, which then reaches every process model code started but
+#: cannot reach the keeper, so the container survives its own cleanup.
+KEEPER_USER = "65533:65533"
+#: Label put on every container this package starts, so leftovers can be found and removed.
+LABEL = "looplift.sandbox"
+
+#: Seconds the host waits past an exec's timeout before it cleans up stragglers that hold the output
+#: stream open, and (HARD_GRACE_S) before it kills and replaces the whole container.
+SOFT_GRACE_S = 1.0
+HARD_GRACE_S = 3.0
+#: Seconds `detect_backend` waits for a Docker engine to answer a ping.
+PING_TIMEOUT_S = 2.0
+#: Seconds a `docker pull` of the fallback base image may take before the offline build starts.
+PULL_TIMEOUT_S = 20.0
+#: Image pulled when a registry answers; its python3 and coreutils are all a sandbox needs.
+PULL_IMAGE = "python:3.11-slim"
+#: Debian suite debootstrap builds the offline image from.
+DEBIAN_SUITE = "bookworm"
+
+#: Sandboxes a pool keeps started and ready.
+POOL_SIZE = 2
+#: PATH given to processes in both backends.
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

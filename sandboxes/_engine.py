@@ -1,0 +1,84 @@
+"""Connecting to a Docker engine: the lazy `docker` import and the errors that say how to fix it.
+
+`docker` (docker-py) is imported only here and only when called, so `import sandboxes` works on a
+machine without it. The engine address comes from the environment as docker-py reads it
+(`DOCKER_HOST`, default the local unix socket), which is also how remote engines are used.
+This module does not start engines; `scripts/setup_docker.sh` does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from . import _defaults
+from .errors import EngineUnavailableError, ImageNotFoundError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import docker
+
+
+def _engine_address() -> str:
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
+def _import_docker() -> Any:
+    try:
+        import docker
+    except ImportError as e:  # the [sandboxes] extra is not installed
+        raise EngineUnavailableError(
+            "the `docker` Python package is not installed; `pip install 'looplift[sandboxes]'` "
+            "or use the local backend (--backend local)"
+        ) from e
+    return docker
+
+
+def docker_client(timeout: float | None = None) -> docker.DockerClient:
+    """Return a docker-py client for the engine at DOCKER_HOST that has answered a ping.
+
+    Raises `EngineUnavailableError` with the fix when no engine answers within `timeout` seconds
+    (default `_defaults.PING_TIMEOUT_S`; later API calls on the client have no client-side timeout,
+    the sandbox enforces its own deadlines).
+    """
+    docker = _import_docker()
+    ping_timeout = _defaults.PING_TIMEOUT_S if timeout is None else timeout
+    try:
+        client = docker.from_env(timeout=ping_timeout)
+        client.ping()
+    except Exception as e:  # docker-py raises DockerException, requests errors or OSError here
+        raise EngineUnavailableError(
+            f"no Docker engine answered at {_engine_address()} ({type(e).__name__}: {e}); start one with "
+            "`dockerd --bridge=none --iptables=false` (or scripts/setup_docker.sh) or use --backend local"
+        ) from e
+    # Exec streams can legitimately stay silent for the whole command timeout; the sandbox enforces
+    # deadlines itself, so the HTTP client must not give up first.
+    client.api.timeout = None
+    return client
+
+
+def engine_answers(timeout: float | None = None) -> bool:
+    """True when a Docker engine answers a ping within `timeout` seconds."""
+    try:
+        docker_client(timeout).close()
+    except EngineUnavailableError:
+        return False
+    return True
+
+
+def image_exists(client: docker.DockerClient, tag: str) -> bool:
+    """True when `tag` names an image on the engine `client` talks to."""
+    docker = _import_docker()
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def require_image(client: docker.DockerClient, tag: str) -> None:
+    """Raise `ImageNotFoundError` (with the command that builds it) unless `tag` exists."""
+    if not image_exists(client, tag):
+        raise ImageNotFoundError(
+            f"the sandbox image {tag!r} does not exist on the engine at {_engine_address()}; build it with "
+            f"`looplift sandbox build-image --tag {tag}` (offline, needs root and debootstrap)"
+        )

@@ -1,0 +1,333 @@
+"""`LocalSandbox`: run commands as host subprocesses, with the isolation the host offers without Docker.
+
+The fallback where no Docker engine answers (dev laptops, CI without Docker). What it does:
+
+  * a private temporary workdir, a cleared environment (PATH, plus HOME/TMPDIR pointing at the workdir
+    so tools do not write into the real home), a new session, so the timeout kills the whole group;
+  * rlimits through util-linux `prlimit`: address space (memory_mb), CPU seconds (timeout + 1),
+    file size (workdir_mb), open files, no core dumps;
+  * when util-linux `unshare` works here (detected once per process): a new network namespace (only
+    a down `lo`, so no network at all), a new pid namespace (the command is pid 1 there; when it exits
+    or is killed, the kernel kills everything it started) and a private /proc;
+  * when running as root: the command runs as uid/gid 65534 via util-linux `setpriv`, without
+    capabilities and with no-new-privileges.
+
+What it does not do is in `LIMITATIONS`; use the Docker backend for untrusted code in production.
+It deliberately does not set RLIMIT_NPROC: that limit counts every process of the *user*, so it
+would break unrelated work (or, as root, do nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from . import _defaults
+from ._base import ExecResult, Sandbox, _CappedBuffer
+from ._config import SandboxConfig
+from .errors import SandboxFileError, SandboxStartError
+
+__all__ = ["LIMITATIONS", "LocalSandbox", "local_isolation"]
+
+LIMITATIONS = """\
+The local backend is NOT a security boundary. It does not isolate:
+- the filesystem: the command sees the host's files and can read whatever its user may read, and
+  write to world-writable places (/tmp, /dev/shm) outside its workdir;
+- the kernel: it shares the host kernel and all its syscalls (no seccomp filter);
+- memory as a whole: RLIMIT_AS caps each process's address space, not the sum of its children, and
+  there is no OOM detection beyond Python's MemoryError in stderr;
+- process count: no pids limit, so a fork bomb can load the host until the timeout kills it (with a
+  pid namespace the kill reaches every process; without one, processes that leave the session survive);
+- CPU share: RLIMIT_CPU bounds each process's CPU seconds, there is no quota across processes;
+- IPC and abstract unix sockets: shared with the host unless the namespaces below apply;
+- the network, unless `unshare` works on this machine (see `local_isolation()`); without it the
+  command has the host's full network;
+- the user: without root it runs as the calling user, with that user's files and permissions.
+"""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What this host lets the local backend add around each command (detected once)."""
+
+    #: argv prefix that enters new namespaces (empty when `unshare` is unusable here).
+    unshare: tuple[str, ...]
+    #: argv prefix that drops to uid/gid 65534 (empty unless running as root with setpriv).
+    drop_user: tuple[str, ...]
+    #: Path of util-linux prlimit, or None (then rlimits are set in a preexec_fn).
+    prlimit: str | None
+
+    @property
+    def network_isolated(self) -> bool:
+        return "--net" in self.unshare
+
+    @property
+    def pid_namespace(self) -> bool:
+        return "--pid" in self.unshare
+
+    def describe(self) -> str:
+        parts = [
+            "no network (net namespace)" if self.network_isolated else "HOST NETWORK (unshare unavailable)",
+            "pid namespace" if self.pid_namespace else "process group only",
+            "runs as uid 65534" if self.drop_user else f"runs as uid {os.geteuid()}",
+            "rlimits via prlimit" if self.prlimit else "rlimits via preexec_fn",
+        ]
+        return ", ".join(parts)
+
+
+_isolation: Isolation | None = None
+_isolation_lock = threading.Lock()
+
+_UNSHARE_CANDIDATES: tuple[tuple[str, ...], ...] = (
+    ("--net", "--pid", "--fork", "--mount-proc", "--kill-child"),  # root
+    ("--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"),  # userns
+    ("--user", "--map-root-user", "--net"),
+)
+
+
+def _works(argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def local_isolation() -> Isolation:
+    """Detect (once per process) which namespaces, user drop and rlimit tool work on this host."""
+    global _isolation
+    with _isolation_lock:
+        if _isolation is not None:
+            return _isolation
+        unshare: tuple[str, ...] = ()
+        exe = shutil.which("unshare")
+        true = shutil.which("true") or "/bin/true"
+        if exe:
+            for flags in _UNSHARE_CANDIDATES:
+                if _works([exe, *flags, "--", true]):
+                    unshare = (exe, *flags, "--")
+                    break
+        drop: tuple[str, ...] = ()
+        setpriv = shutil.which("setpriv")
+        if os.geteuid() == 0 and setpriv:
+            cand = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs", "--")
+            if _works([*unshare, *cand, true]):
+                drop = cand
+        _isolation = Isolation(unshare=unshare, drop_user=drop, prlimit=shutil.which("prlimit"))
+        return _isolation
+
+
+class LocalSandbox(Sandbox):
+    """A sandbox made of host subprocesses in a private temporary workdir. Read `LIMITATIONS`."""
+
+    backend = "local"
+    LIMITATIONS = LIMITATIONS
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        super().__init__(config or SandboxConfig())
+        self.isolation = local_isolation()
+        t0 = time.monotonic()
+        try:
+            self.workdir = Path(tempfile.mkdtemp(prefix="looplift-sbx-"))
+            self._own(self.workdir)
+        except OSError as e:
+            raise SandboxStartError(f"could not create a workdir under {tempfile.gettempdir()}: {e}") from e
+        # Removes the workdir if the sandbox is garbage-collected or the interpreter exits unclosed.
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
+        self.start_s = time.monotonic() - t0
+
+    @property
+    def id(self) -> str:
+        return self.workdir.name if hasattr(self, "workdir") else ""
+
+    def _own(self, path: Path) -> None:
+        # The command runs as 65534 when we drop root; it must own its workdir to write there.
+        if self.isolation.drop_user:
+            os.chown(path, 65534, 65534)
+
+    def is_alive(self) -> bool:
+        return not self._closed and self.workdir.is_dir()
+
+    def _close(self) -> None:
+        self._finalizer()
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    def _argv(self, cmd: list[str], timeout: float) -> list[str]:
+        iso = self.isolation
+        argv = [*iso.unshare, *iso.drop_user]
+        if iso.prlimit:
+            argv += [iso.prlimit, *(f"--{k}={v}" for k, v in self._limits(timeout).items()), "--"]
+        return argv + list(cmd)
+
+    def _limits(self, timeout: float) -> dict[str, int]:
+        c = self.config
+        return {
+            "as": c.memory_mb * 1024 * 1024,
+            "cpu": math.ceil(timeout) + 1,  # a backstop; the wall-clock timeout normally fires first
+            "fsize": c.workdir_mb * 1024 * 1024,
+            "nofile": _defaults.NOFILE,
+            "core": 0,
+        }
+
+    def _preexec(self, timeout: float) -> None:
+        import resource
+
+        names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "nofile": "RLIMIT_NOFILE",
+                 "core": "RLIMIT_CORE"}
+        for key, value in self._limits(timeout).items():
+            resource.setrlimit(getattr(resource, names[key]), (value, value))
+
+    def _env(self) -> dict[str, str]:
+        home = str(self.workdir)
+        return {"PATH": _defaults.PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def exec(self, cmd: list[str], *, timeout: float | None = None, stdin: str | None = None) -> ExecResult:
+        if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(a, str) for a in cmd):
+            raise ValueError(f"cmd must be a non-empty list of strings (argv, no shell), got {cmd!r}")
+        t = self._timeout(timeout)
+        with self._lock:
+            self._check_open()
+            return self._run(list(cmd), t, stdin.encode("utf-8") if stdin is not None else None)
+
+    def _run(self, cmd: list[str], timeout: float, stdin: bytes | None) -> ExecResult:
+        limit = self.config.output_limit_bytes
+        out, err = _CappedBuffer(limit), _CappedBuffer(limit)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self._argv(cmd, timeout),
+                cwd=self.workdir,
+                env=self._env(),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                # preexec_fn can deadlock in threaded programs; it is only the fallback without prlimit.
+                preexec_fn=None if self.isolation.prlimit else (lambda: self._preexec(timeout)),  # noqa: PLW1509
+            )
+        except OSError as e:
+            # The command itself not existing is reported by the shell convention (127), like Docker.
+            return ExecResult(127, "", f"{cmd[0]}: {e.strerror}\n", False, False, False, False,
+                              time.monotonic() - t0)
+        if stdin is not None:
+            threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+        timed_out = self._pump(proc, out, err, t0 + timeout)
+        if timed_out:
+            _kill_group(proc)
+        try:
+            code = proc.wait(timeout=max(0.0, t0 + timeout - time.monotonic()) if not timed_out else 5.0)
+        except subprocess.TimeoutExpired:
+            # It closed its output but kept running: that is a timeout too.
+            timed_out = True
+            _kill_group(proc)
+            code = proc.wait(5.0)
+        # Background children still in the command's group die with it, so nothing outlives an exec
+        # even without a pid namespace (unless it left the session; see LIMITATIONS).
+        _kill_group(proc)
+        duration = time.monotonic() - t0
+        if timed_out:
+            exit_code: int | None = None
+        else:
+            exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as in a shell
+        stderr = err.text()
+        oom = bool(exit_code) and "MemoryError" in stderr[-2000:]
+        return ExecResult(exit_code, out.text(), stderr, out.truncated, err.truncated, timed_out, oom, duration)
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen[bytes], out: _CappedBuffer, err: _CappedBuffer, deadline: float) -> bool:
+        """Drain stdout/stderr into capped buffers until both close; True when the deadline hit first."""
+        sel = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        try:
+            while sel.get_map():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return True
+                for key, _ in sel.select(remaining):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        key.data.write(chunk)
+                    else:
+                        sel.unregister(key.fileobj)
+            return False
+        finally:
+            sel.close()
+            proc.stdout.close()
+            proc.stderr.close()
+
+    # -- files ------------------------------------------------------------------------------------
+
+    def _path(self, path: str) -> Path:
+        if not path or "\x00" in path:
+            raise SandboxFileError(f"invalid path {path!r}", sandbox_id=self.id)
+        root = str(self.workdir)
+        full = posixpath.normpath(posixpath.join(root, path))
+        if full != root and not full.startswith(root + "/"):
+            # The local backend only reaches its own workdir through these helpers.
+            raise SandboxFileError(f"{path!r} is outside the workdir {root}; use a relative path", sandbox_id=self.id)
+        return Path(full)
+
+    def write_file(self, path: str, content: str | bytes) -> None:
+        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        target = self._path(path)
+        with self._lock:
+            self._check_open()
+            try:
+                missing = [p for p in reversed(target.parents) if str(p).startswith(str(self.workdir)) and not p.exists()]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                for p in [*missing, target]:
+                    self._own(p)
+            except OSError as e:
+                raise SandboxFileError(f"could not write {target}: {e}", sandbox_id=self.id) from e
+
+    def read_file(self, path: str) -> bytes:
+        target = self._path(path)
+        with self._lock:
+            self._check_open()
+            try:
+                return target.read_bytes()
+            except OSError as e:
+                raise SandboxFileError(f"could not read {target}: {e.strerror}", sandbox_id=self.id) from e
+
+    def reset(self) -> None:
+        with self._lock:
+            self._check_open()
+            # Processes do not outlive their exec here (the group kill or the pid namespace ends them),
+            # so a reset only has to empty the workdir.
+            for child in self.workdir.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+
+
+def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
+    assert pipe is not None
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:
+        pass  # the command exited without reading everything; its result says what happened
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session made pid the group id
+    except ProcessLookupError:
+        pass

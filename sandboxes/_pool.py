@@ -1,0 +1,236 @@
+"""`SandboxPool`: started sandboxes handed out one at a time, reset between uses, replaced when broken.
+
+Starting a container takes ~0.3–1 s; an exec in a warm one tens of milliseconds. The pool keeps up
+to `size` sandboxes and hands out only live ones: `acquire()` checks that the sandbox still runs
+(a container that died, was killed or was removed by hand is closed and replaced, never handed
+out), and a returned sandbox is reset (processes killed, workdir emptied) on a background thread
+before anyone gets it again. Failed or dead sandboxes are replaced in the background too.
+
+Thread-safe: many episodes may acquire from worker threads at once; `aacquire()` is the same for
+asyncio code (the blocking parts run in a thread). `size` bounds the sandboxes alive at once, so
+`acquire` waits when all are in use.
+
+Not done here: growing past `size` on demand, per-tenant pools, health metrics export.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Self
+
+from . import _defaults
+from ._base import Sandbox
+from .errors import SandboxClosedError, SandboxError
+
+__all__ = ["SandboxPool"]
+
+
+class SandboxPool:
+    """A bounded pool of `size` sandboxes made by `factory` (e.g. `lambda: DockerSandbox(config)`).
+
+    The first sandbox starts in the constructor (so a missing engine or image raises right here),
+    the others in the background. Use `with pool.acquire() as sb:` or `async with pool.aacquire() as
+    sb:`; call `close()` (or use the pool as a context manager) to remove every sandbox. `on_close`
+    runs after that (e.g. to close a client the sandboxes shared).
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], Sandbox],
+        size: int = _defaults.POOL_SIZE,
+        *,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"SandboxPool size must be >= 1, got {size}")
+        self._factory = factory
+        self._on_close = on_close
+        self.size = size
+        self._cond = threading.Condition()
+        self._idle: deque[Sandbox] = deque()
+        self._all: set[Sandbox] = set()  # idle, in use and being reset
+        self._starting = 0
+        self._closed = False
+        self._last_error: BaseException | None = None
+        # Maintenance (starting, resetting, closing sandboxes) runs here so that callers never wait
+        # on it; a few workers so that one slow container start does not hold up resets.
+        self._workers = ThreadPoolExecutor(max_workers=min(size, 4), thread_name_prefix="sandbox-pool")
+        first = factory()
+        with self._cond:
+            self._all.add(first)
+            self._idle.append(first)
+        self._refill()
+
+    # -- public -----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def acquire(self, timeout: float | None = None) -> Iterator[Sandbox]:
+        """Borrow a live, clean sandbox for the `with` block; it is reset and returned afterwards.
+
+        Waits up to `timeout` seconds (forever when None) while every sandbox is in use, and raises
+        `SandboxError` when none became free or none could be started (with the factory's error).
+        """
+        sandbox = self._take(timeout)
+        try:
+            yield sandbox
+        finally:
+            self._give_back(sandbox)
+
+    @contextlib.asynccontextmanager
+    async def aacquire(self, timeout: float | None = None) -> AsyncIterator[Sandbox]:
+        """`acquire` for asyncio code: `async with pool.aacquire() as sb:` (waiting runs in a thread)."""
+        sandbox = await asyncio.to_thread(self._take, timeout)
+        try:
+            yield sandbox
+        finally:
+            self._give_back(sandbox)  # only enqueues work; never blocks the event loop
+
+    @property
+    def idle(self) -> int:
+        """Sandboxes ready to hand out right now."""
+        with self._cond:
+            return len(self._idle)
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Block until all `size` sandboxes are started and idle; False if `timeout` passed first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._idle) < self.size and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._last_error is not None and self._starting == 0 and not self._idle):
+                    return False
+                self._cond.wait(left)
+            return not self._closed
+
+    def close(self) -> None:
+        """Close every sandbox, in use or not, and stop the background work. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            everything = list(self._all)
+            self._all.clear()
+            self._idle.clear()
+            self._cond.notify_all()
+        self._workers.shutdown(wait=True, cancel_futures=True)
+        for sandbox in everything:
+            _close_quietly(sandbox)
+        if self._on_close is not None:
+            self._on_close()
+        # A start that was in flight when we closed finishes in _start_one, which sees _closed.
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _take(self, timeout: float | None) -> Sandbox:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._refill()  # retries starts that failed earlier, e.g. while the engine restarted
+        while True:
+            with self._cond:
+                while not self._idle:
+                    if self._closed:
+                        raise SandboxClosedError("the sandbox pool was closed; make a new one with make_pool()")
+                    if self._last_error is not None and self._starting == 0 and len(self._all) == 0:
+                        raise SandboxError(
+                            f"the pool could not start any sandbox: {self._last_error}"
+                        ) from self._last_error
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise SandboxError(
+                            f"no sandbox became free within {timeout}s (all {self.size} in use); "
+                            "raise the pool size or release sandboxes sooner"
+                        )
+                    self._cond.wait(left)
+                sandbox = self._idle.popleft()
+            # Checked outside the lock: it is an engine round trip.
+            if sandbox.is_alive():
+                return sandbox
+            self._discard(sandbox)
+
+    def _give_back(self, sandbox: Sandbox) -> None:
+        with self._cond:
+            if self._closed or sandbox not in self._all:
+                closed = True
+            else:
+                closed = False
+        if closed:
+            _close_quietly(sandbox)
+            return
+        try:
+            self._workers.submit(self._reset, sandbox)
+        except RuntimeError:  # the executor shut down: the pool is closing
+            _close_quietly(sandbox)
+
+    def _reset(self, sandbox: Sandbox) -> None:
+        try:
+            sandbox.reset()
+            healthy = sandbox.is_alive()
+        except Exception:  # noqa: BLE001 - a broken sandbox is replaced; why it broke is the next start's problem
+            healthy = False
+        if not healthy:
+            self._discard(sandbox)
+            return
+        with self._cond:
+            if self._closed:
+                closed = True
+            else:
+                closed = False
+                self._idle.append(sandbox)
+                self._cond.notify()
+        if closed:
+            _close_quietly(sandbox)
+
+    def _discard(self, sandbox: Sandbox) -> None:
+        with self._cond:
+            self._all.discard(sandbox)
+        _close_quietly(sandbox)
+        self._refill()
+
+    def _refill(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            missing = self.size - len(self._all) - self._starting
+            self._starting += max(missing, 0)
+        for _ in range(max(missing, 0)):
+            try:
+                self._workers.submit(self._start_one)
+            except RuntimeError:
+                return
+
+    def _start_one(self) -> None:
+        try:
+            sandbox = self._factory()
+        except Exception as e:  # noqa: BLE001 - kept and raised by acquire when nothing else can be handed out
+            with self._cond:
+                self._starting -= 1
+                self._last_error = e
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self._starting -= 1
+            if not self._closed:
+                self._all.add(sandbox)
+                self._idle.append(sandbox)
+                self._last_error = None
+                self._cond.notify()
+                return
+        _close_quietly(sandbox)
+
+
+def _close_quietly(sandbox: Sandbox) -> None:
+    try:
+        sandbox.close()
+    except Exception:  # noqa: BLE001, S110 - closing is best effort; the container label lets leftovers be found
+        pass

@@ -1,0 +1,478 @@
+"""Tests of the sandboxes package against the real thing: host subprocesses and a real Docker engine.
+
+Docker tests are marked `docker` and skip (with the reason) only when no engine answers or the
+sandbox image is missing; `scripts/setup_docker.sh` provides both. Each adversarial test checks one
+property and asserts the typed outcome. Nothing here sends packets anywhere but loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+import sandboxes
+from sandboxes import (
+    ExecResult,
+    LocalSandbox,
+    SandboxClosedError,
+    SandboxConfig,
+    SandboxFileError,
+    SandboxPool,
+    choose_backend,
+    detect_backend,
+    make_pool,
+    make_sandbox,
+)
+from sandboxes._cli import app
+from sandboxes._local import local_isolation
+
+FAST = SandboxConfig(timeout_s=10, output_limit_bytes=4096)
+
+
+# -- package surface ------------------------------------------------------------------------------
+
+
+def test_all_names_resolve() -> None:
+    for name in sandboxes.__all__:
+        assert getattr(sandboxes, name) is not None, name
+    assert len(set(sandboxes.__all__)) == len(sandboxes.__all__)
+
+
+def test_import_without_docker_installed() -> None:
+    # A None entry in sys.modules makes `import docker` fail as if it were not installed.
+    code = (
+        "import sys; sys.modules['docker'] = None\n"
+        "import sandboxes\n"
+        "print(sandboxes.make_sandbox('local').exec(['echo', 'ok']).stdout.strip())\n"
+        "try:\n    sandboxes.DockerSandbox()\nexcept sandboxes.EngineUnavailableError as e:\n    print('raised', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "ok"
+    assert lines[1].startswith("raised") and "pip install" in lines[1]
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="memory_mb"):
+        SandboxConfig(memory_mb=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        SandboxConfig(timeout_s=0)
+
+
+def test_exec_result_ok_and_json() -> None:
+    r = ExecResult(0, "a", "", False, False, False, False, 0.1)
+    assert r.ok and json.loads(json.dumps(r.to_dict()))["ok"] is True
+    assert not ExecResult(0, "", "", False, False, True, False, 0.1).ok
+    assert not ExecResult(1, "", "", False, False, False, False, 0.1).ok
+
+
+# -- shared behaviour, run on each backend -------------------------------------------------------
+
+
+def _docker_reason() -> str | None:
+    choice = choose_backend(None)
+    return None if choice.backend == "docker" else choice.reason
+
+
+DOCKER_SKIP = _docker_reason()
+needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker sandbox: {DOCKER_SKIP}")
+
+
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=[pytest.mark.docker, needs_docker])])
+def sb(request: pytest.FixtureRequest):  # one sandbox per backend for the cheap, non-destructive tests
+    with make_sandbox(request.param, FAST) as s:
+        yield s
+
+
+def _procs_with(sb_or_none, marker: str) -> list[str]:
+    """Command lines containing `marker`: on the host (None) or inside a sandbox."""
+    if sb_or_none is None:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmd:
+                found.append(cmd)
+        return found
+    code = (
+        "import os\n"
+        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode())\n"
+        "    except OSError: pass\n"
+    )
+    r = sb_or_none.run_python(code)
+    assert r.ok, r
+    return [line for line in r.stdout.splitlines() if marker in line and "import os" not in line]
+
+
+def test_echo(sb) -> None:
+    r = sb.exec(["echo", "hello"])
+    assert r.ok and r.stdout == "hello\n" and r.stderr == "" and r.exit_code == 0
+
+
+def test_nonzero_exit_and_stderr(sb) -> None:
+    r = sb.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (r.exit_code, r.stdout, r.stderr, r.ok) == (3, "out\n", "err\n", False)
+
+
+def test_run_python_and_stdin(sb) -> None:
+    r = sb.run_python("import sys; print(sys.stdin.read().upper())", stdin="abc")
+    assert r.ok and r.stdout == "ABC\n"
+
+
+def test_missing_command_is_a_result(sb) -> None:
+    r = sb.exec(["definitely-not-a-command"])
+    assert r.exit_code == 127 and not r.ok
+
+
+def test_timeout_sleeping(sb) -> None:
+    r = sb.exec(["sleep", "30"], timeout=1)
+    assert r.timed_out and r.exit_code is None and not r.oom_killed
+    assert 0.9 <= r.duration_s < 5
+
+
+def test_timeout_busy_loop(sb) -> None:
+    r = sb.run_python("while True: pass", timeout=1)
+    assert r.timed_out and r.exit_code is None and r.duration_s < 5
+
+
+def test_timeout_leaves_no_process(sb) -> None:
+    marker = "97.3125"  # an unusual duration identifies our sleeps among the host's processes
+    r = sb.exec(["sh", "-c", f"sleep {marker} & sleep {marker} & wait"], timeout=1)
+    assert r.timed_out
+    time.sleep(0.2)
+    where = None if sb.backend == "local" else sb
+    assert _procs_with(where, f"sleep {marker}") == []
+
+
+def test_background_process_in_new_session_is_killed(sb) -> None:
+    # setsid leaves the process group that `timeout` kills and keeps the output stream open.
+    marker = "96.0625"
+    r = sb.exec(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], timeout=1)
+    assert r.timed_out and r.duration_s < 6
+    time.sleep(0.2)
+    where = None if sb.backend == "local" else sb
+    assert _procs_with(where, f"sleep {marker}") == []
+    assert sb.exec(["echo", "still here"]).stdout == "still here\n"
+
+
+def test_output_cap_sets_truncated(sb) -> None:
+    r = sb.run_python("import sys; print('x' * 100000); print('y' * 10, file=sys.stderr)")
+    assert r.ok and r.stdout_truncated and not r.stderr_truncated
+    assert len(r.stdout.encode()) == FAST.output_limit_bytes and r.stderr == "y" * 10 + "\n"
+
+
+def test_invalid_utf8_is_replaced(sb) -> None:
+    r = sb.run_python("import sys; sys.stdout.buffer.write(bytes([0xff, 0xfe]) + b'ok')")
+    assert r.ok and r.stdout == "\ufffd\ufffdok"
+
+
+def test_write_read_file(sb) -> None:
+    sb.write_file("dir/sub/a.txt", "héllo")
+    sb.write_file("b.bin", bytes(range(256)))
+    assert sb.read_file("dir/sub/a.txt") == "héllo".encode()
+    assert sb.read_file("b.bin") == bytes(range(256))
+    r = sb.exec(["sh", "-c", "cat dir/sub/a.txt && echo more >> dir/sub/a.txt"])
+    assert r.ok and r.stdout == "héllo"
+    assert sb.read_file("dir/sub/a.txt").endswith(b"more\n")
+    with pytest.raises(SandboxFileError):
+        sb.read_file("nope.txt")
+
+
+def test_reset_empties_workdir(sb) -> None:
+    sb.write_file("keep.txt", "x")
+    sb.exec(["sh", "-c", "touch .hidden made-by-code"])
+    sb.reset()
+    r = sb.exec(["ls", "-A"])
+    assert r.ok and r.stdout == ""
+
+
+# -- local backend specifics ----------------------------------------------------------------------
+
+
+def test_local_limitations_documented() -> None:
+    assert "NOT a security boundary" in LocalSandbox.LIMITATIONS
+    assert "filesystem" in sandboxes.LOCAL_LIMITATIONS
+
+
+def test_local_env_is_cleared() -> None:
+    os.environ["LOOPLIFT_SECRET_FOR_TEST"] = "s3cret"
+    try:
+        with LocalSandbox(FAST) as s:
+            r = s.exec(["env"])
+        assert r.ok and "s3cret" not in r.stdout and "PATH=" in r.stdout
+    finally:
+        del os.environ["LOOPLIFT_SECRET_FOR_TEST"]
+
+
+@pytest.mark.skipif(not local_isolation().network_isolated, reason="unshare --net does not work on this host")
+def test_local_has_no_network() -> None:
+    import socket
+
+    # A listener on the host's loopback: reachable from the host, not from a new network namespace.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    try:
+        with LocalSandbox(FAST) as s:
+            r = s.run_python(f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)")
+        assert r.exit_code == 1 and ("refused" in r.stderr or "unreachable" in r.stderr), r.stderr
+    finally:
+        srv.close()
+
+
+def test_local_memory_limit() -> None:
+    with LocalSandbox(SandboxConfig(memory_mb=128)) as s:
+        r = s.run_python("x = b'x' * (512 * 1024 * 1024)")
+    assert r.oom_killed and not r.ok and "MemoryError" in r.stderr
+
+
+def test_local_path_outside_workdir_refused() -> None:
+    with LocalSandbox(FAST) as s, pytest.raises(SandboxFileError, match="outside the workdir"):
+        s.write_file("../escape.txt", "x")
+
+
+def test_closed_sandbox_raises() -> None:
+    s = LocalSandbox(FAST)
+    workdir = s.workdir
+    s.close()
+    assert not workdir.exists()
+    with pytest.raises(SandboxClosedError):
+        s.exec(["true"])
+
+
+def test_local_pool_reuses_and_resets() -> None:
+    with make_pool("local", FAST, size=1) as pool:
+        with pool.acquire() as s:
+            first = s
+            s.write_file("x.txt", "1")
+        with pool.acquire() as s:
+            assert s is first  # the same sandbox, handed out again...
+            assert s.exec(["ls", "-A"]).stdout == ""  # ...but reset in between
+
+
+def test_pool_rejects_use_after_close() -> None:
+    pool = make_pool("local", FAST, size=1)
+    pool.close()
+    with pytest.raises(SandboxClosedError), pool.acquire(timeout=1):
+        pass
+
+
+def test_detect_backend_local_preference() -> None:
+    assert detect_backend("local") == "local"
+    with pytest.raises(ValueError):
+        detect_backend("kubernetes")
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_exec_json_and_exit_codes() -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["exec", "--backend", "local", "--json", "--", "sh", "-c", "echo hi; exit 4"])
+    assert r.exit_code == 4
+    assert json.loads(r.stdout)["stdout"] == "hi\n"
+    r = runner.invoke(app, ["exec", "--backend", "local", "--timeout", "0.5", "--", "sleep", "5"])
+    assert r.exit_code == 124
+    r = runner.invoke(app, ["exec", "--backend", "nope", "--", "true"])
+    assert r.exit_code == 2
+
+
+def test_cli_info_json() -> None:
+    r = CliRunner().invoke(app, ["info", "--json"])
+    assert r.exit_code == 0
+    info = json.loads(r.stdout)
+    assert info["backend"] in ("docker", "local") and info["reason"]
+
+
+# -- Docker backend specifics ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def dsb():
+    """A fresh Docker sandbox for tests that abuse it."""
+    with make_sandbox("docker", FAST) as s:
+        yield s
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_network_is_none(dsb) -> None:
+    r = dsb.run_python(
+        "import os\n"
+        "print(sorted(os.listdir('/sys/class/net')))\n"
+        "print(len(open('/proc/net/route').read().splitlines()) - 1)\n"
+    )
+    assert r.ok and r.stdout.splitlines() == ["['lo']", "0"]
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_runs_as_nobody(dsb) -> None:
+    r = dsb.exec(["sh", "-c", "id -u; id -g; cat /proc/self/status | grep ^CapEff"])
+    lines = r.stdout.split()
+    assert r.ok and lines[:2] == ["65534", "65534"] and lines[-1] == "0000000000000000"
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_root_fs_read_only(dsb) -> None:
+    r = dsb.exec(["sh", "-c", "echo x > /etc/x"])
+    assert r.exit_code != 0 and "Read-only file system" in r.stderr
+    with pytest.raises(SandboxFileError):
+        dsb.write_file("/usr/bin/evil", "x")
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_memory_bomb_is_oom_killed(dsb) -> None:
+    r = dsb.run_python("x = b'x' * (600 * 1024 * 1024)")
+    assert r.oom_killed and r.exit_code == 137 and not r.timed_out and not r.ok
+    assert dsb.exec(["echo", "alive"]).stdout == "alive\n"
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_fork_bomb_contained(dsb) -> None:
+    r = dsb.run_python(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", timeout=3
+    )
+    assert r.timed_out and not r.ok
+    after = dsb.exec(["echo", "ok"])
+    assert after.ok and after.stdout == "ok\n"
+    count = dsb.exec(["sh", "-c", "ls -d /proc/[0-9]* | wc -l"])
+    assert int(count.stdout) < 10  # init, keeper, this shell and its children: the bomb is gone
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_workdir_is_capped(dsb) -> None:
+    r = dsb.exec(["sh", "-c", f"head -c {(FAST.workdir_mb + 8) * 1024 * 1024} /dev/zero > big"])
+    assert r.exit_code != 0 and "No space left" in r.stderr
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_container_killed_by_hand_is_replaced(dsb) -> None:
+    import docker
+
+    dsb.write_file("x.txt", "1")
+    old = dsb.container_id
+    docker.from_env().api.kill(old)
+    assert not dsb.is_alive()
+    r = dsb.exec(["echo", "back"])  # the sandbox heals itself: new container, empty workdir
+    assert r.ok and r.stdout == "back\n" and dsb.container_id != old and dsb.replacements == 1
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_container_removed_mid_command_is_a_result(dsb) -> None:
+    import docker
+
+    old = dsb.container_id
+    threading.Timer(0.5, lambda: docker.from_env().api.remove_container(old, force=True)).start()
+    r = dsb.exec(["sleep", "20"], timeout=15)
+    assert r.exit_code == 137 and not r.ok and r.duration_s < 10
+    assert dsb.exec(["echo", "healed"]).stdout == "healed\n" and dsb.container_id != old
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_close_removes_container() -> None:
+    import docker
+
+    s = make_sandbox("docker", FAST)
+    cid = s.container_id
+    s.close()
+    with pytest.raises(docker.errors.NotFound):
+        docker.from_env().api.inspect_container(cid)
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_pool_acquire_reset_replace() -> None:
+    import docker
+
+    engine = docker.from_env()
+    with make_pool("docker", FAST, size=1) as pool:
+        with pool.acquire() as s:
+            s.write_file("left.txt", "x")
+            s.exec(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])
+            cid = s.container_id
+        with pool.acquire() as s:
+            assert s.container_id == cid  # reused...
+            assert s.exec(["ls", "-A"]).stdout == ""  # ...reset: files gone
+            assert _procs_with(s, "sleep 300") == []  # ...and processes gone
+        assert pool.wait_ready(10)
+        engine.api.kill(cid)  # a container dies while idle in the pool
+        with pool.acquire(timeout=30) as s:
+            assert s.is_alive() and s.exec(["echo", "fresh"]).ok
+            assert s.container_id != cid
+            fresh = s.container_id
+        all_ids = {c["Id"] for c in engine.api.containers(all=True, filters={"label": "looplift.sandbox"})}
+    assert cid not in all_ids
+    left = {c["Id"] for c in engine.api.containers(all=True, filters={"label": "looplift.sandbox"})}
+    assert fresh not in left  # close() removed everything
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_pool_concurrent_threads_and_async() -> None:
+    with make_pool("docker", FAST, size=2) as pool:
+        results: list[str] = []
+
+        def work(i: int) -> None:
+            with pool.acquire(timeout=60) as s:
+                results.append(s.exec(["echo", str(i)]).stdout.strip())
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(results, key=int) == [str(i) for i in range(6)]
+
+        async def main() -> list[str]:
+            async def one(i: int) -> str:
+                async with pool.aacquire(timeout=60) as s:
+                    return (await asyncio.to_thread(s.exec, ["echo", f"a{i}"])).stdout.strip()
+
+            return list(await asyncio.gather(*(one(i) for i in range(4))))
+
+        assert asyncio.run(main()) == ["a0", "a1", "a2", "a3"]
+
+
+@pytest.mark.docker
+@needs_docker
+def test_cli_exec_docker() -> None:
+    r = CliRunner().invoke(app, ["exec", "--backend", "docker", "--json", "--", "python3", "-c", "print(6*7)"])
+    assert r.exit_code == 0
+    out = json.loads(r.stdout)
+    assert out["stdout"] == "42\n" and out["backend"] == "docker"
+
+
+def test_pool_never_hands_out_dead_local_sandbox() -> None:
+    pool = SandboxPool(lambda: LocalSandbox(FAST), size=1)
+    try:
+        assert pool.wait_ready(10)
+        with pool.acquire() as s:
+            first = s
+        time.sleep(0.2)  # let the background reset finish
+        first.close()  # dies while idle
+        with pool.acquire(timeout=10) as s:
+            assert s is not first and s.is_alive()
+    finally:
+        pool.close()
