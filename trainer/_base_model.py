@@ -1,0 +1,207 @@
+"""The tiny base model looplift builds itself, so the embedded default needs no download.
+
+A 2-layer Llama (hidden 128, 2 heads of dim 64 — vLLM's CPU attention refuses smaller heads — one KV
+head, ~0.4 M parameters) with the byte-level tokenizer from `_tokenizer`, trained for a couple of
+minutes on synthetic demonstrations of the demo task in which half the demonstrations copy the
+expression wrongly. The result is deliberately imperfect: it knows the format and the tool, and
+succeeds on roughly a third of held-out problems, so the closed loop has something to fix.
+
+Deterministic for a seed (same config -> same weights on the same machine). Cached under
+`$LOOPLIFT_HOME/models/tiny-<config hash>`; the directory is written to a temp name and renamed, so a
+crash never leaves a half-built model that looks finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from sandboxes._arithmetic import demonstration, training_tasks
+
+from ._data import collate, encode_chat
+from sdk._home import looplift_home
+from ._tokenizer import build_tokenizer
+
+Progress = Callable[[int, int, float], None]  # (step, total, loss)
+
+
+@dataclass(frozen=True)
+class BaseModelConfig:
+    """How the tiny base model is built. Every field changes the cache key."""
+
+    seed: int = 0
+    """Seeds the task sampler, the miscopies, weight init and batch order."""
+    n_demos: int = 20_000
+    """Synthetic demonstrations of the demo task (never from the held-out set)."""
+    miscopy_p: float = 0.7
+    """Fraction of demonstrations whose code copies the expression wrongly (sets the base success rate)."""
+    steps: int = 800
+    """Optimizer steps."""
+    batch_size: int = 64
+    lr: float = 3e-3
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    vocab_size: int = 320
+    max_position_embeddings: int = 512
+
+    def key(self) -> str:
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _tokenizer_corpus(seed: int) -> list[str]:
+    rng = random.Random(seed)
+    texts = []
+    for task in training_tasks(2000, seed + 17):
+        for m in demonstration(task, rng, miscopy_p=0.5):
+            texts.append(m["content"])
+    texts += ["Error: NameError: name 'x' is not defined", "Correct.", "Incorrect.", "Output: ", "Answer: "]
+    return texts
+
+
+def _llama_config(cfg: BaseModelConfig, vocab: int, tok) -> LlamaConfig:  # type: ignore[no-untyped-def]
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.hidden_size // cfg.num_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
+
+
+def _save(model: LlamaForCausalLM, tok, out_dir: Path, meta: dict) -> Path:  # type: ignore[no-untyped-def]
+    """Write an HF directory atomically (temp dir + rename)."""
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    (tmp / "looplift.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def write_untrained(out_dir: Path, *, seed: int = 0) -> Path:
+    """An untrained tiny model directory (tokenizer + chat template + random weights) that vLLM loads.
+    For tests of serving code, where what the model says does not matter."""
+    cfg = BaseModelConfig(seed=seed)
+    torch.manual_seed(seed)
+    tok = build_tokenizer(_tokenizer_corpus(seed), vocab_size=cfg.vocab_size)
+    model = LlamaForCausalLM(_llama_config(cfg, len(tok), tok))
+    return _save(model, tok, Path(out_dir), {"config": dataclasses.asdict(cfg), "trained": False})
+
+
+def write_lora_adapter(model_dir: Path, out_dir: Path, *, seed: int = 0, rank: int = 8) -> Path:
+    """A peft LoRA adapter for `model_dir` with random non-zero weights (B is zero at init in peft,
+    which would make the adapter a no-op; we fill it so the adapter visibly changes outputs)."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    base = LlamaForCausalLM.from_pretrained(model_dir)
+    peft_model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=LORA_TARGETS))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    peft_model.save_pretrained(out_dir)
+    return Path(out_dir)
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def train_causal_lm(
+    model: torch.nn.Module,
+    examples: list[tuple[list[int], list[int]]],
+    *,
+    pad_id: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    progress: Optional[Progress] = None,
+) -> float:
+    """AdamW with linear warmup and cosine decay over `steps` minibatches; returns the final loss
+    (mean of the last 20 steps). Shared by the base-model builder and SFT."""
+    rng = random.Random(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
+    model.train()
+    order: list[int] = []
+    recent: list[float] = []
+    for step in range(steps):
+        if len(order) < batch_size:
+            more = list(range(len(examples)))
+            rng.shuffle(more)
+            order += more
+        idx, order = order[:batch_size], order[batch_size:]
+        batch = collate([examples[i] for i in idx], pad_id)
+        loss = model(**batch).loss  # mean over unmasked tokens
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        recent = (recent + [loss.item()])[-20:]
+        if progress is not None:
+            progress(step + 1, steps, recent[-1])
+    model.eval()
+    return sum(recent) / max(1, len(recent))
+
+
+def base_model_dir(cfg: BaseModelConfig = BaseModelConfig()) -> Path:
+    """Where the model for `cfg` is (or will be) cached."""
+    return looplift_home() / "models" / f"tiny-{cfg.key()}"
+
+
+def build_base_model(
+    cfg: BaseModelConfig = BaseModelConfig(), *, out_dir: Optional[Path] = None, force: bool = False,
+    progress: Optional[Progress] = None,
+) -> Path:
+    """Build (or reuse the cached) tiny base model; returns its HF directory."""
+    out = Path(out_dir) if out_dir is not None else base_model_dir(cfg)
+    if out.exists() and (out / "looplift.json").exists() and not force:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    tok = build_tokenizer(_tokenizer_corpus(cfg.seed), vocab_size=cfg.vocab_size)
+    tasks = training_tasks(cfg.n_demos, cfg.seed + 1)
+    examples = [encode_chat(tok, demonstration(t, rng, miscopy_p=cfg.miscopy_p)) for t in tasks]
+    model = LlamaForCausalLM(_llama_config(cfg, len(tok), tok))
+    loss = train_causal_lm(model, examples, pad_id=tok.pad_token_id, steps=cfg.steps, batch_size=cfg.batch_size,
+                           lr=cfg.lr, seed=cfg.seed, progress=progress)
+    meta = {"config": dataclasses.asdict(cfg), "trained": True, "final_loss": loss,
+            "seconds": round(time.monotonic() - t0, 1), "parameters": sum(p.numel() for p in model.parameters())}
+    return _save(model, tok, out, meta)

@@ -1,0 +1,244 @@
+"""`looplift demo`: the closed loop on the embedded default, measured on held-out tasks.
+
+    cycle 0: evaluate the base model (policy-v0) on the held-out tasks
+    cycle k: roll out the serving policy on fresh training tasks -> collector (anonymized, scored)
+             -> `trainer run` (export verified successes -> LoRA SFT -> gate -> publish/hot-swap)
+
+The stack (vLLM, gateway, collector) is started in this process on free loopback ports with its own
+state directory under `$LOOPLIFT_HOME/demo/<timestamp>`, so a demo never mixes with data from an
+earlier run; only the base model is cached across runs. While a candidate is being promoted, a
+background "canary" keeps sending requests to the alias; any failed request is counted and reported
+(the target is zero).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+
+import sdk
+from sdk import looplift_home
+
+from ._base_model import BaseModelConfig, build_base_model
+from ._eval import evaluate
+from ._job import JobConfig, run_job
+from .sft import SFTConfig
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """The demo's knobs; defaults reproduce the README table."""
+
+    cycles: int = 3
+    episodes: int = 256
+    """Rollouts per cycle on fresh training tasks."""
+    held_out: int = 100
+    seed: int = 0
+    concurrency: int = 16
+    base: BaseModelConfig = field(default_factory=BaseModelConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    sandbox_backend: Optional[str] = None
+    """"docker", "local" or None (Docker when an engine answers, else local)."""
+    json_out: Path = Path("bench/results/demo.json")
+    chart_out: Optional[Path] = None
+    """Default: beside json_out, with a .png suffix."""
+
+
+@dataclass
+class CycleRecord:
+    cycle: int
+    version: str
+    held_out_success: float
+    episodes: int
+    exported: int
+    train_loss: Optional[float]
+    promoted: bool
+    seconds: float
+    rollout_success: Optional[float] = None
+    gate: Optional[str] = None
+
+
+class _Canary:
+    """Concurrent traffic to the alias from just before a swap until just after it; counts failures.
+    (Only around the flip: steady traffic during training would take CPU from the trainer.)"""
+
+    def __init__(self, base_url: str, alias: str) -> None:
+        self._url, self._alias = base_url, alias
+        self._stop = threading.Event()
+        self.sent = self.failed = 0
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(4)]
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30) as c:
+            while not self._stop.is_set():
+                body = {"model": self._alias, "messages": [{"role": "user", "content": "Compute: 1+1"}],
+                        "max_tokens": 8}
+                try:
+                    r = c.post(self._url + "/v1/chat/completions", json=body)
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                with self._lock:
+                    self.sent += 1
+                    self.failed += not ok
+
+    def __enter__(self) -> "_Canary":
+        for t in self._threads:
+            t.start()
+        deadline = time.monotonic() + 5
+        while self.sent < 3 and time.monotonic() < deadline:  # traffic is in flight before the flip
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(1.0)  # and keeps flowing while the old version drains
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
+    """Run the closed loop; returns (and writes) the JSON result. `console` is a rich Console."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from collector import CollectorSettings, serve_in_thread
+    from sandboxes import detect_backend, make_pool
+    from sandboxes._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
+    from server import GatewaySettings, VLLMConfig, start_gateway_in_thread, start_vllm
+
+    con = console or Console()
+    t_start = time.monotonic()
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=con, transient=False)
+    state = looplift_home() / "demo" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    state.mkdir(parents=True)
+    with progress:
+        bar = progress.add_task("base model", total=config.base.steps)
+        model_dir = build_base_model(config.base, progress=lambda s, n, loss: progress.update(bar, completed=s))
+        progress.update(bar, completed=config.base.steps, description=f"base model {model_dir.name}")
+
+    backend = config.sandbox_backend or detect_backend()
+    con.print(f"sandboxes: [bold]{backend}[/bold]" + ("" if backend == "docker" else " (no Docker engine answered)"))
+    pool = make_pool(backend, size=4)
+    con.print("starting vLLM (CPU build; ~40 s) ...")
+    vllm = start_vllm(VLLMConfig(model_dir=model_dir, port=0, log_path=state / "vllm.log"))
+    admin_token = secrets.token_urlsafe(24)
+    gw = start_gateway_in_thread(GatewaySettings(admin_token=admin_token, state_dir=state / "server"), vllm.url,
+                                 "127.0.0.1", 0)
+    db_url = f"sqlite:///{state / 'collector.db'}"
+    col = serve_in_thread(CollectorSettings(db_url=db_url), "127.0.0.1", 0)
+    client = sdk.CollectorClient(col.url, spool_dir=state / "spool")
+    con.print(f"gateway {gw.url}  collector {col.url}  state {state}")
+
+    verifier = ArithmeticVerifier()
+    held = held_out_tasks(config.held_out)
+    env = lambda: ArithmeticEnv(pool=pool)  # noqa: E731
+    base_url = gw.url + "/v1"
+    records: list[CycleRecord] = []
+    canary_sent = canary_failed = 0
+    try:
+        with progress:
+            t0 = time.monotonic()
+            bar = progress.add_task("cycle 0: held-out eval", total=len(held))
+            res = asyncio.run(evaluate("policy", held, env, verifier, base_url=base_url, seed=config.seed,
+                                       concurrency=config.concurrency,
+                                       on_episode=lambda _t: progress.advance(bar)))
+            serving = _serving(gw.url, admin_token)
+            records.append(CycleRecord(0, serving, res.success, 0, 0, None, False, round(time.monotonic() - t0, 1)))
+            for cycle in range(1, config.cycles + 1):
+                t0 = time.monotonic()
+                tasks = training_tasks(config.episodes, seed=config.seed * 1000 + cycle)
+                bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
+                trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=client, app="demo",
+                                base_url=base_url, max_steps=4, concurrency=config.concurrency,
+                                sampling=sdk.Sampling(max_tokens=64, seed=config.seed + cycle),
+                                on_episode=lambda _t: progress.advance(bar))
+                client.flush()
+                rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
+                gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
+                canary = _Canary(gw.url, "policy")
+                job = run_job(
+                    JobConfig(base_model_dir=model_dir, collector_db=db_url, gateway_url=gw.url,
+                              admin_token=admin_token, app="demo", eval_tasks=config.held_out,
+                              eval_seed=config.seed, sft=config.sft, runs_dir=state / "runs"),
+                    eval_env=(held, env, verifier), around_promote=lambda: canary,
+                )
+                progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
+                canary_sent += canary.sent
+                canary_failed += canary.failed
+                serving = _serving(gw.url, admin_token)
+                success = job.candidate_success if job.promoted else job.serving_success
+                records.append(CycleRecord(
+                    cycle, serving, success if success is not None else records[-1].held_out_success, len(trajs),
+                    job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
+                    rollout_success=rollout_success, gate=job.reason))
+    finally:
+        client.close()
+        gw.stop()
+        col.stop()
+        vllm.stop()
+        pool.close()
+    result = {
+        "cycles": [r.__dict__ for r in records],
+        "swap_requests": canary_sent,
+        "swap_failed_requests": canary_failed,
+        "sandbox_backend": backend,
+        "base_model": str(model_dir),
+        "total_seconds": round(time.monotonic() - t_start, 1),
+        "state_dir": str(state),
+    }
+    _write(config, result)
+    return result
+
+
+def _serving(gateway_url: str, token: str) -> str:
+    from server import AdminClient
+
+    return AdminClient(gateway_url, token).versions().serving
+
+
+def _write(config: DemoConfig, result: dict[str, Any]) -> None:
+    out = Path(config.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.rename(out)
+    chart = Path(config.chart_out) if config.chart_out else out.with_suffix(".png")
+    _chart(result, chart)
+    result["chart"] = str(chart)
+
+
+def _chart(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cyc = result["cycles"]
+    xs = [c["cycle"] for c in cyc]
+    ys = [100 * c["held_out_success"] for c in cyc]
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    ax.plot(xs, ys, marker="o", color="#2b6cb0")
+    for x, y, c in zip(xs, ys, cyc):
+        ax.annotate(f"{y:.0f}%\n{c['version']}", (x, y), textcoords="offset points", xytext=(0, 8), ha="center",
+                    fontsize=8)
+    ax.set_xticks(xs)
+    ax.set_ylim(0, 110)
+    ax.set_xlabel("cycle (0 = base model)")
+    ax.set_ylabel("held-out success (%)")
+    ax.set_title("looplift demo: held-out success per cycle")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
