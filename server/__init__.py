@@ -1,0 +1,56 @@
+"""looplift `server`: an OpenAI-compatible gateway in front of vLLM.
+
+Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request and
+rolled back with one call; the package also starts and supervises vLLM, and exposes `/health` and
+Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `looplift server`).
+"""
+
+from ._admin import AdminClient
+from ._gateway import create_gateway
+from ._models import HistoryEvent, SwapResult, VersionInfo, VersionsView
+from ._serve import GatewayHandle, start_gateway_in_thread
+from ._settings import GatewaySettings
+from ._validate import validate_adapter
+from ._vllm import VLLMConfig, VLLMServer, start_vllm
+from .errors import (
+    AdapterInvalidError,
+    AdminAuthError,
+    AdminTokenMissingError,
+    GatewayStartError,
+    InvalidNameError,
+    NothingToRollBackError,
+    ServerError,
+    UpstreamError,
+    VersionExistsError,
+    VersionNotFoundError,
+    VLLMDiedError,
+    VLLMStartError,
+)
+
+__all__ = [
+    "AdapterInvalidError",
+    "AdminAuthError",
+    "AdminClient",
+    "AdminTokenMissingError",
+    "GatewayHandle",
+    "GatewaySettings",
+    "GatewayStartError",
+    "HistoryEvent",
+    "InvalidNameError",
+    "NothingToRollBackError",
+    "ServerError",
+    "SwapResult",
+    "UpstreamError",
+    "VLLMConfig",
+    "VLLMDiedError",
+    "VLLMServer",
+    "VLLMStartError",
+    "VersionExistsError",
+    "VersionInfo",
+    "VersionNotFoundError",
+    "VersionsView",
+    "create_gateway",
+    "start_gateway_in_thread",
+    "start_vllm",
+    "validate_adapter",
+]

@@ -1,0 +1,121 @@
+"""`AdminClient`: a small httpx client for the gateway's `/admin` API (the trainer publishes with it).
+
+Answers are parsed into the pydantic models of `_models`; failures raise the matching `ServerError`
+subclass carrying the gateway's message (401 -> `AdminAuthError`, 404 -> `VersionNotFoundError`, ...).
+It does not retry: a publish step should fail loudly and be re-run.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from . import _defaults as D
+from ._models import SwapResult, VersionInfo, VersionsView
+from ._settings import require_admin_token
+from .errors import (
+    AdapterInvalidError,
+    AdminAuthError,
+    InvalidNameError,
+    NothingToRollBackError,
+    ServerError,
+    UpstreamError,
+    VersionExistsError,
+    VersionNotFoundError,
+)
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class AdminClient:
+    """Client of the gateway admin API. `token` defaults to `$LOOPLIFT_ADMIN_TOKEN` or the token file."""
+
+    def __init__(
+        self,
+        base_url: str = D.GATEWAY_URL,
+        token: Optional[str] = None,
+        *,
+        timeout: float = D.ADMIN_TIMEOUT_S,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {require_admin_token(token)}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def versions(self) -> VersionsView:
+        """Every version, the alias, what it serves, and the history."""
+        return self._call("GET", "/admin/versions", VersionsView)
+
+    def load(self, path: str, name: Optional[str] = None) -> VersionInfo:
+        """Validate and load an adapter directory as a new version (not promoted). The path is read by
+        the gateway's vLLM, so it must exist on that machine."""
+        body: dict[str, str] = {"path": str(path)}
+        if name is not None:
+            body["name"] = name
+        return self._call("POST", "/admin/versions", VersionInfo, body)
+
+    def promote(self, version: str) -> SwapResult:
+        """Point the alias at `version`."""
+        return self._call("POST", "/admin/promote", SwapResult, {"version": version})
+
+    def rollback(self) -> SwapResult:
+        """Serve the previously serving version again."""
+        return self._call("POST", "/admin/rollback", SwapResult, {})
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._client.close()
+
+    def __enter__(self) -> "AdminClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, model: type[T], body: Optional[dict[str, str]] = None) -> T:
+        try:
+            r = self._client.request(method, path, json=body)
+        except httpx.HTTPError as e:
+            raise ServerError(
+                f"cannot reach the gateway at {self.base_url} ({e!r}); is `looplift server start` running "
+                "there, and is --url right?"
+            ) from None
+        if r.is_success:
+            return model.model_validate(r.json())
+        raise _to_error(r)
+
+
+# The gateway's error `code` -> the class the client raises. Classes whose constructors take structured
+# arguments are rebuilt from the message alone, since that is what travels over the wire.
+_BY_CODE: dict[str, type[ServerError]] = {
+    "invalid_admin_token": AdminAuthError,
+    "version_not_found": VersionNotFoundError,
+    "version_exists": VersionExistsError,
+    "nothing_to_roll_back": NothingToRollBackError,
+    "invalid_adapter": AdapterInvalidError,
+    "invalid_version_name": InvalidNameError,
+    "upstream_error": UpstreamError,
+}
+
+
+def _to_error(r: httpx.Response) -> ServerError:
+    try:
+        err = r.json().get("error", {})
+        message, code = str(err.get("message") or r.text), err.get("code")
+    except (ValueError, AttributeError):
+        message, code = r.text[:500] or f"HTTP {r.status_code}", None
+    cls = _BY_CODE.get(code or "")
+    if cls is None:
+        cls = AdminAuthError if r.status_code == 401 else UpstreamError if r.status_code >= 502 else ServerError
+    e = cls.__new__(cls)
+    ServerError.__init__(e, message)
+    e.http_status = r.status_code
+    if isinstance(e, UpstreamError):
+        e.status = r.status_code
+    return e

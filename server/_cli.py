@@ -1,0 +1,163 @@
+"""`looplift server ...`: start vLLM + the gateway, and drive the admin API.
+
+Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
+Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
+a table or `--json`, and on error print the message (no traceback) and exit 1.
+This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from . import _defaults as D
+from ._admin import AdminClient
+from ._models import SwapResult, VersionInfo, VersionsView
+from .errors import ServerError
+
+app = typer.Typer(help="The OpenAI-compatible gateway over vLLM: start it, load/promote/roll back versions.",
+                  no_args_is_help=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+T = TypeVar("T")
+
+URL = typer.Option(D.GATEWAY_URL, "--url", help="Gateway base URL.")
+TOKEN = typer.Option(None, "--token", help=f"Admin token (default: ${D.ADMIN_TOKEN_ENV} or $LOOPLIFT_HOME/admin.token).")
+JSON = typer.Option(False, "--json", help="Print JSON for machines.")
+
+
+def _run(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except ServerError as e:
+        err.print(f"[red]error:[/red] {e.message}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _emit(result: BaseModel, as_json: bool, render: Callable[[Any], None]) -> None:
+    if as_json:
+        out.print_json(json.dumps(result.model_dump(mode="json")))
+    else:
+        render(result)
+
+
+@app.command()
+def start(
+    model: Path = typer.Option(..., "--model", help="HF model directory vLLM serves as version 0."),
+    port: int = typer.Option(D.GATEWAY_PORT, "--port", help="Gateway port."),
+    vllm_port: int = typer.Option(D.VLLM_PORT, "--vllm-port", help="vLLM port (0: a free one)."),
+    alias: str = typer.Option(D.ALIAS, "--alias", help="Alias clients request; versions are <alias>-v<N>."),
+    host: str = typer.Option(D.HOST, "--host", help="Gateway bind address."),
+    max_model_len: int = typer.Option(D.MAX_MODEL_LEN, "--max-model-len", help="vLLM --max-model-len."),
+    max_lora_rank: int = typer.Option(D.MAX_LORA_RANK, "--max-lora-rank", help="vLLM --max-lora-rank."),
+    kv_cache_gib: float = typer.Option(D.CPU_KVCACHE_GIB, "--kv-cache-gib", help="VLLM_CPU_KVCACHE_SPACE (CPU only)."),
+    timeout: float = typer.Option(D.VLLM_START_TIMEOUT_S, "--timeout", help="Seconds to wait for vLLM to be healthy."),
+) -> None:
+    """Start vLLM and the gateway in the foreground; Ctrl-C stops both."""
+    from ._serve import start_gateway_in_thread
+    from ._settings import GatewaySettings, looplift_home, version_name
+    from ._vllm import VLLMConfig, start_vllm
+
+    settings = _run(lambda: GatewaySettings.from_env(alias=alias, max_lora_rank=max_lora_rank))
+    cfg = VLLMConfig(
+        model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
+        max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
+    )
+    with out.status("starting vLLM…") as status:
+        vllm = _run(lambda: start_vllm(cfg, progress=lambda s, line: status.update(
+            f"starting vLLM… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
+    out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
+    stop = threading.Event()
+    vllm.start_watchdog(on_death=lambda e: stop.set())
+    try:
+        gw = _run(lambda: start_gateway_in_thread(settings, vllm.url, host, port))
+    except typer.Exit:
+        vllm.stop()
+        raise
+    out.print(f"gateway at {gw.url}/v1  (alias [bold]{alias}[/bold] -> {gw.app.state.registry.serving})")
+    out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
+    # SIGTERM (from a supervisor) shuts down as cleanly as Ctrl-C; SIGINT is handled explicitly
+    # because a shell starting us in the background leaves it ignored.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            if not gw.running:
+                err.print("[red]error:[/red] the gateway thread exited")
+                break
+    except KeyboardInterrupt:
+        pass
+    out.print("stopping…")
+    gw.stop()
+    vllm.stop()
+    if vllm.died is not None:
+        err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
+        raise typer.Exit(1)
+
+
+def _versions_table(v: VersionsView) -> None:
+    t = Table(title=f"alias {v.alias} -> {v.serving}")
+    for col in ("version", "state", "serving", "in flight", "created", "adapter"):
+        t.add_column(col)
+    for x in v.versions:
+        t.add_row(x.name, x.state, "*" if x.serving else "", str(x.in_flight),
+                  x.created_at.strftime("%Y-%m-%d %H:%M:%S"), x.adapter_path or "(base model)")
+    out.print(t)
+
+
+def _swap(r: SwapResult) -> None:
+    out.print(f"{r.alias} -> [bold]{r.serving}[/bold] (was {r.previous}; flip took {r.swap_ms:.1f} ms)")
+
+
+def _loaded(v: VersionInfo) -> None:
+    out.print(f"loaded [bold]{v.name}[/bold] from {v.adapter_path} (not serving yet: "
+              f"`looplift server promote {v.name}`)")
+
+
+@app.command()
+def versions(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
+    """List versions and what the alias serves."""
+    _emit(_run(lambda: AdminClient(url, token).versions()), as_json, _versions_table)
+
+
+@app.command()
+def load(
+    path: Path = typer.Argument(..., help="Adapter directory (peft save_pretrained output)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Version name (default: the next <alias>-v<N>)."),
+    url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON,
+) -> None:
+    """Validate and load an adapter as a new version (does not promote it)."""
+    _emit(_run(lambda: AdminClient(url, token).load(str(path.expanduser().resolve()), name)), as_json, _loaded)
+
+
+@app.command()
+def promote(
+    version: str = typer.Argument(..., help="Version to serve under the alias."),
+    url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON,
+) -> None:
+    """Point the alias at VERSION (the previous version drains, then unloads)."""
+    _emit(_run(lambda: AdminClient(url, token).promote(version)), as_json, _swap)
+
+
+@app.command()
+def rollback(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
+    """Serve the previously serving version again."""
+    _emit(_run(lambda: AdminClient(url, token).rollback()), as_json, _swap)
+
+
+def main() -> None:
+    """Entry point for running this group on its own (`python -m server._cli`)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Every default of the `server` package, in one place.
+
+Only constants live here: no logic, no imports of heavy modules. CLI flags, `VLLMConfig` and
+`GatewaySettings` read their defaults from this module so that one edit changes them everywhere.
+"""
+
+from __future__ import annotations
+
+# --- naming -------------------------------------------------------------------------------
+#: The alias clients ask for; it always names the version being served.
+ALIAS = "policy"
+#: Versions are named `<alias>-v<N>`; `<alias>-v0` is the base model vLLM serves itself.
+VERSION_SUFFIX = "-v"
+
+# --- state --------------------------------------------------------------------------------
+#: Environment variable holding the state directory (everything a run writes lives under it).
+HOME_ENV = "LOOPLIFT_HOME"
+#: Used when `LOOPLIFT_HOME` is unset.
+HOME_FALLBACK = "~/.looplift"
+#: Admin token env var; when unset a token is generated once and kept in `$LOOPLIFT_HOME/admin.token`.
+ADMIN_TOKEN_ENV = "LOOPLIFT_ADMIN_TOKEN"
+ADMIN_TOKEN_FILE = "admin.token"
+#: Comma-separated client API keys; empty means `/v1` needs no key.
+API_KEYS_ENV = "LOOPLIFT_API_KEYS"
+#: Gateway state lives in `$LOOPLIFT_HOME/<STATE_SUBDIR>/registry.json`.
+STATE_SUBDIR = "server"
+REGISTRY_FILE = "registry.json"
+#: vLLM logs go to `$LOOPLIFT_HOME/<LOG_SUBDIR>/`.
+LOG_SUBDIR = "logs"
+
+# --- vLLM ---------------------------------------------------------------------------------
+HOST = "127.0.0.1"
+GATEWAY_PORT = 8000
+#: 0 picks a free port.
+VLLM_PORT = 0
+#: float32 on the CPU build (bf16 kernels are slow or missing there); "auto" on a GPU.
+CPU_DTYPE = "float32"
+GPU_DTYPE = "auto"
+MAX_MODEL_LEN = 512
+#: vLLM only accepts LoRA ranks from a fixed set (1, 8, 16, 32, 64, ...).
+MAX_LORA_RANK = 8
+MAX_LORAS = 4
+#: `VLLM_CPU_KVCACHE_SPACE`, GiB; ignored on a GPU.
+CPU_KVCACHE_GIB = 1.0
+#: vLLM CPU takes ~40 s to become healthy on the 2-core dev machine; leave ample headroom.
+VLLM_START_TIMEOUT_S = 300.0
+#: Seconds between SIGTERM and SIGKILL when stopping vLLM.
+VLLM_STOP_GRACE_S = 15.0
+#: Lines of the vLLM log quoted in a `VLLMStartError`.
+LOG_TAIL_LINES = 40
+
+# --- gateway ------------------------------------------------------------------------------
+#: Upper bound for one upstream request (a long generation on the CPU can take minutes).
+REQUEST_TIMEOUT_S = 300.0
+#: Upstream connect timeout; vLLM is on loopback, so a slow connect means it is gone.
+CONNECT_TIMEOUT_S = 5.0
+#: `/health` asks vLLM with this timeout.
+HEALTH_TIMEOUT_S = 5.0
+#: Poll period of the drain task. A drained version waits as long as its requests last (unloading
+#: under a live request could fail it), so there is deliberately no drain timeout.
+DRAIN_POLL_S = 0.05
+#: Admin client default.
+GATEWAY_URL = f"http://{HOST}:{GATEWAY_PORT}"
+ADMIN_TIMEOUT_S = 60.0

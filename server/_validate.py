@@ -1,0 +1,86 @@
+"""Check a LoRA adapter directory before vLLM ever sees it.
+
+A broken adapter should be refused with a message naming the problem, and nothing in the registry
+or in vLLM should change. This checks what is cheap and certain: the directory, `adapter_config.json`
+(parses, is LoRA, rank within `--max-lora-rank`), and a weights file whose safetensors header is
+intact and whose size matches it (catches truncated copies). It does not load tensors or compare
+shapes with the base model; vLLM does that, and its refusal is reported as it comes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from .errors import AdapterInvalidError
+
+_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+def validate_adapter(path: str, max_lora_rank: int) -> Path:
+    """Return the adapter directory as an absolute path, or raise `AdapterInvalidError` naming the problem."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise AdapterInvalidError(path, "the directory does not exist")
+    if not p.is_dir():
+        raise AdapterInvalidError(path, "it is not a directory")
+    cfg_path = p / "adapter_config.json"
+    if not cfg_path.is_file():
+        raise AdapterInvalidError(path, "adapter_config.json is missing")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise AdapterInvalidError(path, f"adapter_config.json is not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise AdapterInvalidError(path, "adapter_config.json is not a JSON object")
+    peft_type = cfg.get("peft_type", "LORA")
+    if str(peft_type).upper() != "LORA":
+        raise AdapterInvalidError(path, f"adapter_config.json has peft_type {peft_type!r}; only LORA can be served")
+    rank = cfg.get("r")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+        raise AdapterInvalidError(path, f"adapter_config.json has no positive integer rank 'r' (got {rank!r})")
+    if rank > max_lora_rank:
+        raise AdapterInvalidError(
+            path, f"rank r={rank} exceeds the server's --max-lora-rank {max_lora_rank}; "
+            "retrain with a smaller rank or restart vLLM with a larger --max-lora-rank"
+        )
+    weights = next((p / w for w in _WEIGHTS if (p / w).is_file()), None)
+    if weights is None:
+        raise AdapterInvalidError(path, f"no adapter weights file ({' or '.join(_WEIGHTS)})")
+    if weights.stat().st_size == 0:
+        raise AdapterInvalidError(path, f"{weights.name} is empty")
+    if weights.suffix == ".safetensors":
+        _check_safetensors(path, weights)
+    return p.resolve()
+
+
+def _check_safetensors(path: str, weights: Path) -> None:
+    # Format: u64 little-endian header length, JSON header {name: {dtype, shape, data_offsets}}, data.
+    size = weights.stat().st_size
+    with weights.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise AdapterInvalidError(path, f"{weights.name} is truncated (no header)")
+        (n,) = struct.unpack("<Q", head)
+        if n <= 0 or 8 + n > size:
+            raise AdapterInvalidError(path, f"{weights.name} is corrupt (header length {n} for a {size}-byte file)")
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise AdapterInvalidError(path, f"{weights.name} is corrupt (header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise AdapterInvalidError(path, f"{weights.name} is corrupt (header is not an object)")
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    if not tensors:
+        raise AdapterInvalidError(path, f"{weights.name} holds no tensors")
+    try:
+        end = max(int(v["data_offsets"][1]) for v in tensors.values())
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise AdapterInvalidError(path, f"{weights.name} is corrupt (bad tensor offsets)") from None
+    if 8 + n + end != size:
+        raise AdapterInvalidError(
+            path, f"{weights.name} is truncated or padded ({size} bytes, header says {8 + n + end})"
+        )
+    if not any("lora_" in k for k in tensors):
+        raise AdapterInvalidError(path, f"{weights.name} has no lora_A/lora_B tensors")

