@@ -115,7 +115,7 @@ def up(
         console.print("[green]ready[/green] — Ctrl-C to stop")
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         while not stop.wait(1.0):
-            if not vllm.alive():
+            if not vllm.alive:
                 console.print(f"[red]vLLM exited[/red]; last log lines:\n{vllm.log_tail()}")
                 raise typer.Exit(1)
     except KeyboardInterrupt:

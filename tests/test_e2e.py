@@ -1,0 +1,118 @@
+"""End to end, as a new user runs it: `looplift demo` and `looplift up` + the example, against a real
+vLLM CPU server, the real collector on SQLite and real sandboxes (Docker where an engine answers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sandboxes import detect_backend
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One LOOPLIFT_HOME for the module, so the tiny base model is built once and then reused from the cache."""
+    return tmp_path_factory.mktemp("looplift-home")
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")}
+    env["LOOPLIFT_HOME"] = str(home)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_demo_closes_the_loop(home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    proc = subprocess.run(
+        [str(BIN / "looplift"), "demo", "--cycles", "1", "--episodes", "128", "--held-out", "60",
+         "--json-out", str(out)],
+        env=_env(home), cwd=tmp_path, capture_output=True, text=True, timeout=1500,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    c0, c1 = result["cycles"]
+    assert c0["cycle"] == 0 and c0["version"] == "policy-v0" and c0["episodes"] == 0
+    assert 0.0 <= c0["held_out_success"] <= 1.0
+    assert c1["episodes"] == 128 and c1["exported"] > 0 and c1["train_loss"] is not None
+    # The gate decides: a promotion means the new version serves and scored higher on held-out tasks.
+    if c1["promoted"]:
+        assert c1["version"] == "policy-v1" and c1["held_out_success"] > c0["held_out_success"]
+    else:
+        assert c1["version"] == "policy-v0"
+    assert result["swap_failed_requests"] == 0
+    assert result["sandbox_backend"] == detect_backend()
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "held-out success per cycle" in proc.stdout + proc.stderr
+
+
+def test_up_serves_the_example_and_the_collector(home: Path) -> None:
+    gw, col = _free_port(), _free_port()
+    log = open(home / "up.log", "w")
+    up = subprocess.Popen([str(BIN / "looplift"), "up", "--gateway-port", str(gw), "--collector-port", str(col)],
+                          env=_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert up.poll() is None, (home / "up.log").read_text()[-4000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{gw}/health").status_code == 200 and httpx.get(
+                        f"http://127.0.0.1:{col}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "looplift up did not become ready"
+            time.sleep(1)
+        ex = subprocess.run([sys.executable, str(ROOT / "examples" / "arithmetic_agent.py"), "--episodes", "6",
+                             "--gateway", f"http://127.0.0.1:{gw}/v1", "--collector", f"http://127.0.0.1:{col}"],
+                            env=_env(home), capture_output=True, text=True, timeout=300)
+        assert ex.returncode == 0, ex.stderr[-3000:]
+        assert "solved" in ex.stdout and "policy-v0" in ex.stdout
+        key = (home / "collector.key").read_text().strip()
+        stats = httpx.get(f"http://127.0.0.1:{col}/v1/stats", headers={"Authorization": f"Bearer {key}"}).json()
+        assert stats["total"] == 6
+        # Ingest needs the key `looplift up` generated.
+        r = httpx.post(f"http://127.0.0.1:{col}/v1/trajectories", json={"trajectories": []})
+        assert r.status_code == 401
+        assert (home / "admin.token").stat().st_mode & 0o077 == 0
+        # `trainer run` against the running stack: one job, then the same job again is a no-op.
+        def trainer_run() -> dict:
+            p = subprocess.run([str(BIN / "trainer"), "run", "--gateway", f"http://127.0.0.1:{gw}",
+                                "--min-reward", "0", "--min-examples", "1", "--json"],
+                               env=_env(home), capture_output=True, text=True, timeout=600)
+            assert p.returncode == 0, p.stderr[-3000:]
+            return json.loads(p.stdout.strip().splitlines()[-1])
+
+        first = trainer_run()
+        assert first["status"] in ("promoted", "rejected") and first["exported"] == 6
+        assert first["candidate"] == "policy-v1" and first["serving"] == "policy-v0"
+        second = trainer_run()
+        assert second["status"] == "skipped" and "no new data" in second["reason"]
+    finally:
+        os.killpg(up.pid, signal.SIGTERM)
+        try:
+            rc = up.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            raise
+        log.close()
+    assert rc == 0, (home / "up.log").read_text()[-3000:]
+    assert "stopped" in (home / "up.log").read_text()
