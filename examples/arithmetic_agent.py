@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 
 import sdk
-from sandboxes import make_pool
-from sandboxes._arithmetic import ArithmeticEnv, ArithmeticVerifier, training_tasks
+from sandboxes import ArithmeticEnv, ArithmeticVerifier, make_pool, training_tasks
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ DockerSandbox is made.
 
 from __future__ import annotations
 
+from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
 from ._base import ExecResult, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox
@@ -33,6 +34,10 @@ from .errors import (
 )
 
 __all__ = [
+    "ArithmeticEnv",
+    "ArithmeticVerifier",
+    "held_out_tasks",
+    "training_tasks",
     "LOCAL_LIMITATIONS",
     "BackendChoice",
     "DockerSandbox",
