@@ -163,7 +163,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
                 trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=client, app="demo",
                                 base_url=base_url, max_steps=4, concurrency=config.concurrency,
                                 sampling=sdk.Sampling(max_tokens=64, seed=config.seed + cycle),
-                                on_episode=lambda _t: progress.advance(bar))
+                                on_episode=lambda _t, b=bar: progress.advance(b))
                 client.flush()
                 rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
                 gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
@@ -172,7 +172,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
                     JobConfig(base_model_dir=model_dir, collector_db=db_url, gateway_url=gw.url,
                               admin_token=admin_token, app="demo", eval_tasks=config.held_out,
                               eval_seed=config.seed, sft=config.sft, runs_dir=state / "runs"),
-                    eval_env=(held, env, verifier), around_promote=lambda: canary,
+                    eval_env=(held, env, verifier), around_promote=lambda c=canary: c,
                 )
                 progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
                 canary_sent += canary.sent
