@@ -74,7 +74,7 @@ def up(
     sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
 ) -> None:
     """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C."""
-    from collector import CollectorSettings, serve_in_thread
+    from collector import CollectorError, CollectorSettings, serve_in_thread
     from rich.progress import Progress
     from sandboxes import detect_backend
     from sdk import looplift_home
@@ -120,6 +120,9 @@ def up(
                 raise typer.Exit(1)
     except KeyboardInterrupt:
         pass
+    except (ServerError, CollectorError) as e:  # e.g. a port already in use: say so, no traceback
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(1) from None
     finally:
         for h in (gw, col):
             if h is not None:
