@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Optional
@@ -64,6 +65,15 @@ def _secret(env_var: str, filename: str) -> str:
     return value
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 @app.command()
 def up(
     model: Optional[Path] = typer.Option(None, help="Any local HF causal-LM directory (default: the tiny model "
@@ -82,6 +92,11 @@ def up(
     from server.errors import ServerError
     from trainer._base_model import BaseModelConfig, build_base_model
 
+    for flag, port in (("--gateway-port", gateway_port), ("--collector-port", collector_port)):
+        if not _port_free(host, port):  # fail before building a model and the ~40 s vLLM start, not after it
+            console.print(f"[red]error:[/red] {host}:{port} is already in use; pass another {flag} "
+                          "or stop what listens there")
+            raise typer.Exit(2)
     home = looplift_home()
     if model is None:
         cfg = BaseModelConfig()
