@@ -1,4 +1,4 @@
-"""The `collector` command: `serve`, `export`, `stats`.
+"""The `collector` command: `serve`, `export`, `stats`, `anonymize`.
 
 Flags map 1:1 onto `CollectorSettings` and `export()` arguments; `--db` defaults to
 `LOOPLIFT_COLLECTOR_DB` or `sqlite:///$LOOPLIFT_HOME/collector.db`. Errors print one line (no
@@ -157,6 +157,36 @@ def stats(
         for name, g in items.items():
             table.add_row(group, name, str(g.total), str(g.with_outcome), str(g.successes), fmt(g.mean_reward))
     _out.print(table)
+
+
+@app.command()
+def anonymize(
+    as_json: bool = typer.Option(
+        False, "--json",
+        help='JSONL in and out: each input line {"text": ...} becomes {"text": anonymized, "entities": '
+             '[{"type", "start", "end"}]} with offsets into the input text. Without --json each input line is '
+             "plain text and the anonymized line is printed."),
+) -> None:
+    """Anonymize text from stdin with the same code path as ingest (one line in, one line out)."""
+    from ._anonymize import anonymize_text
+
+    for n, line in enumerate(sys.stdin, 1):
+        if not as_json:
+            sys.stdout.write(anonymize_text(line.rstrip("\n"))[0] + "\n")
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            text = record["text"]
+            if not isinstance(text, str):
+                raise TypeError("`text` must be a string")
+        except (ValueError, KeyError, TypeError) as e:
+            sys.stdout.flush()
+            _fail(f'stdin line {n}: expected a JSON object with a string "text" field ({type(e).__name__}: {e})', 2)
+        out, entities = anonymize_text(text)
+        ents = [{"type": e.kind, "start": e.start, "end": e.end} for e in entities]
+        sys.stdout.write(json.dumps({"text": out, "entities": ents}) + "\n")
 
 
 def main() -> None:

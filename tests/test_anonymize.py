@@ -189,3 +189,25 @@ def test_large_text_without_pii_is_linear_and_unchanged() -> None:
     text = "for i in range(10):\n    total += i * 37 - 5  # 2024-01-15 v1.2.3\n" * 20_000  # ~1.2 MB
     out, ents = anonymize_text(text)
     assert ents == [] and out == text
+
+
+def test_cli_anonymize_jsonl_offsets_point_into_the_input() -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = str(Path(sys.executable).parent / "collector")
+    text = "reach ann@example.org from 192.168.1.20, card 4111 1111 1111 1111"
+    lines = json.dumps({"text": text}) + "\n" + json.dumps({"text": "print(37+58*2)"}) + "\n"
+    p = subprocess.run([exe, "anonymize", "--json"], input=lines, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    first, second = (json.loads(x) for x in p.stdout.splitlines())
+    assert first["text"] == "reach <EMAIL_1> from <IPV4_1>, card <CREDIT_CARD_1>"
+    assert [text[e["start"]:e["end"]] for e in first["entities"]] == [
+        "ann@example.org", "192.168.1.20", "4111 1111 1111 1111"]
+    assert [e["type"] for e in first["entities"]] == ["EMAIL", "IPV4", "CREDIT_CARD"]
+    assert second == {"text": "print(37+58*2)", "entities": []}
+    bad = subprocess.run([exe, "anonymize", "--json"], input='{"txt": 1}\n', capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "line 1" in bad.stderr and "Traceback" not in bad.stderr
