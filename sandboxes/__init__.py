@@ -16,7 +16,7 @@ from __future__ import annotations
 from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
 from ._base import ExecResult, Sandbox
 from ._config import SandboxConfig
-from ._docker import DockerSandbox
+from ._docker import DockerSandbox, reap_orphans
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
@@ -59,5 +59,6 @@ __all__ = [
     "detect_backend",
     "make_pool",
     "make_sandbox",
+    "reap_orphans",
 ]
 

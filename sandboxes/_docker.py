@@ -27,6 +27,7 @@ memory use counts against the whole sandbox, which is one task's).
 
 from __future__ import annotations
 
+import os
 import posixpath
 import select
 import socket
@@ -87,6 +88,56 @@ def _remove_container(api: Any, holder: dict[str, str | None]) -> None:
         holder["id"] = None
 
 
+OWNER_LABEL = "looplift.owner"
+_reaped_once = False
+_reap_lock = threading.Lock()
+
+
+def _proc_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (field 22 of /proc/PID/stat), or None if there is no such process.
+    With the pid it names one process instance: a recycled pid has a different start time."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_proc_start(os.getpid()) or '?'}"
+
+
+def reap_orphans(client: Any = None) -> list[str]:
+    """Remove sandbox containers whose owning process on this host is gone (killed with SIGKILL or SIGTERM,
+    which skip the normal cleanup). Containers of live processes, of other hosts, and containers without
+    an owner label are left alone. Returns the removed container names."""
+    client = client if client is not None else docker_client()
+    host = socket.gethostname()
+    removed = []
+    for c in client.api.containers(all=True, filters={"label": _defaults.LABEL}):
+        owner = (c.get("Labels") or {}).get(OWNER_LABEL, "")
+        parts = owner.rsplit(":", 2)
+        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        if _proc_start(int(parts[1])) == parts[2]:
+            continue  # its owner is alive
+        try:
+            client.api.remove_container(c["Id"], force=True)
+            removed.append((c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
+        except Exception:  # noqa: BLE001 - raced with another reaper or the engine: nothing to do
+            pass
+    return removed
+
+
+def _reap_once(client: Any) -> None:
+    global _reaped_once
+    with _reap_lock:
+        if _reaped_once:
+            return
+        _reaped_once = True
+    reap_orphans(client)
+
+
 class DockerSandbox(Sandbox):
     """A sandbox backed by one hardened Docker container (see the module docstring for the limits).
 
@@ -104,6 +155,7 @@ class DockerSandbox(Sandbox):
         self._client = client if client is not None else docker_client()
         self._api = self._client.api
         require_image(self._client, self.config.image)
+        _reap_once(self._client)  # containers leaked by killed processes are removed once per process
         # The finalizer removes the container if the sandbox is garbage-collected or the interpreter
         # exits without close(); the holder lets it follow replacements.
         self._holder: dict[str, str | None] = {"id": None}
@@ -164,7 +216,7 @@ class DockerSandbox(Sandbox):
                 # mode 0755, which would make /work unwritable for the exec user. Execs set it instead.
                 working_dir="/",
                 environment=_ENV,
-                labels={_defaults.LABEL: "1"},
+                labels={_defaults.LABEL: "1", OWNER_LABEL: _owner_label()},
                 hostname="sandbox",
                 name=f"looplift-sbx-{uuid.uuid4().hex[:12]}",
                 network_disabled=True,

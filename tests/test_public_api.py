@@ -26,7 +26,7 @@ EXPECTED = {
                   "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS", "LocalSandbox", "Sandbox",
                   "SandboxBrokenError", "SandboxClosedError", "SandboxConfig", "SandboxError", "SandboxFileError",
                   "SandboxPool", "SandboxStartError", "build_image", "choose_backend", "detect_backend",
-                  "held_out_tasks", "make_pool", "make_sandbox", "training_tasks"},
+                  "held_out_tasks", "make_pool", "make_sandbox", "reap_orphans", "training_tasks"},
 }
 
 

@@ -476,3 +476,27 @@ def test_pool_never_hands_out_dead_local_sandbox() -> None:
             assert s is not first and s.is_alive()
     finally:
         pool.close()
+
+
+@needs_docker
+def test_containers_of_a_killed_process_are_reaped() -> None:
+    """A process killed without cleanup (os._exit skips finalizers, like SIGKILL) leaks its container;
+    the next process that starts a Docker sandbox removes it."""
+    import subprocess
+    import sys
+
+    from sandboxes import DockerSandbox
+    from sandboxes._docker import reap_orphans
+    from sandboxes._engine import docker_client
+
+    code = ("import os, sandboxes; sb = sandboxes.DockerSandbox(); print(sb.container_id, flush=True); "
+            "os._exit(0)")
+    cid = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120).stdout.strip()
+    client = docker_client()
+    assert client.api.inspect_container(cid)["State"]["Running"]  # leaked
+    with DockerSandbox() as live:  # the first Docker sandbox of a process reaps; a live owner's container stays
+        reap_orphans(client)  # explicit call: idempotent
+        ids = {c["Id"] for c in client.api.containers(all=True)}
+        assert cid not in ids and live.container_id in ids
+        assert live.exec(["true"]).ok
