@@ -17,6 +17,7 @@ from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, trai
 from ._base import ExecResult, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
+from ._envs import CodeEnv, ShellEnv
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
@@ -40,6 +41,7 @@ __all__ = [
     "training_tasks",
     "LOCAL_LIMITATIONS",
     "BackendChoice",
+    "CodeEnv",
     "DockerSandbox",
     "EngineUnavailableError",
     "ExecResult",
@@ -54,6 +56,7 @@ __all__ = [
     "SandboxFileError",
     "SandboxPool",
     "SandboxStartError",
+    "ShellEnv",
     "build_image",
     "choose_backend",
     "detect_backend",

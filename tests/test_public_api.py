@@ -22,7 +22,7 @@ EXPECTED = {
     "trainer": {"BaseModelConfig", "DemoConfig", "EvalResult", "JobConfig", "JobResult", "PublishError", "SFTConfig",
                 "SFTResult", "TrainerError", "TrainingDataError", "base_model_dir", "build_base_model", "evaluate",
                 "gate", "run_demo", "run_job", "train_sft", "write_lora_adapter", "write_untrained"},
-    "sandboxes": {"ArithmeticEnv", "ArithmeticVerifier", "BackendChoice", "DockerSandbox", "EngineUnavailableError",
+    "sandboxes": {"ArithmeticEnv", "ArithmeticVerifier", "BackendChoice", "CodeEnv", "ShellEnv", "DockerSandbox", "EngineUnavailableError",
                   "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS", "LocalSandbox", "Sandbox",
                   "SandboxBrokenError", "SandboxClosedError", "SandboxConfig", "SandboxError", "SandboxFileError",
                   "SandboxPool", "SandboxStartError", "build_image", "choose_backend", "detect_backend",
