@@ -10,23 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandboxes import LocalSandbox, Sandbox, SandboxConfig, SandboxPool, choose_backend, make_sandbox
+from sandboxes import LocalSandbox, Sandbox, SandboxConfig, SandboxPool, make_sandbox
 from sandboxes._envs import CodeEnv, ShellEnv, parse_file_blocks, parse_test_output
 from sdk import Environment, Task
+from _backends import BACKENDS
 
 FAST = SandboxConfig(timeout_s=10, output_limit_bytes=16 * 1024)
 
 
-def _docker_reason() -> str | None:
-    choice = choose_backend(None)
-    return None if choice.backend == "docker" else choice.reason
-
-
-DOCKER_SKIP = _docker_reason()
-needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker sandbox: {DOCKER_SKIP}")
-
-
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=[pytest.mark.docker, needs_docker])])
+@pytest.fixture(scope="module", params=BACKENDS)
 def sb(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     with make_sandbox(request.param, FAST) as s:
         yield s

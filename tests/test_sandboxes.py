@@ -26,13 +26,13 @@ from sandboxes import (
     SandboxConfig,
     SandboxFileError,
     SandboxPool,
-    choose_backend,
     detect_backend,
     make_pool,
     make_sandbox,
 )
 from sandboxes._cli import app
 from sandboxes._local import local_isolation
+from _backends import BACKENDS, needs_docker
 
 FAST = SandboxConfig(timeout_s=10, output_limit_bytes=4096)
 
@@ -78,16 +78,7 @@ def test_exec_result_ok_and_json() -> None:
 # -- shared behaviour, run on each backend -------------------------------------------------------
 
 
-def _docker_reason() -> str | None:
-    choice = choose_backend(None)
-    return None if choice.backend == "docker" else choice.reason
-
-
-DOCKER_SKIP = _docker_reason()
-needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker sandbox: {DOCKER_SKIP}")
-
-
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=[pytest.mark.docker, needs_docker])])
+@pytest.fixture(scope="module", params=BACKENDS)
 def sb(request: pytest.FixtureRequest):  # one sandbox per backend for the cheap, non-destructive tests
     with make_sandbox(request.param, FAST) as s:
         yield s
