@@ -7,8 +7,6 @@ A group whose extra is not installed is still listed; using it says which extra 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import signal
 import socket
 import threading
@@ -49,20 +47,10 @@ _mount("sandboxes._cli", "app", "sandbox", "sandboxes", "Sandboxes: build the im
 
 
 def _secret(env_var: str, filename: str) -> str:
-    """The secret from the environment, else from `$LOOPLIFT_HOME/filename`, else a new one saved there (0600).
-    (The gateway's admin token is handled the same way by `GatewaySettings.from_env`.)"""
-    from sdk import looplift_home
+    """The secret from the environment, else from `$LOOPLIFT_HOME/filename`, else a new one saved there (0600)."""
+    from sdk._home import ensure_secret
 
-    if os.environ.get(env_var):
-        return os.environ[env_var]
-    path = looplift_home() / filename
-    if path.exists():
-        return path.read_text().strip()
-    value = secrets.token_urlsafe(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(value)
-    return value
+    return ensure_secret(env_var, filename)
 
 
 def _port_free(host: str, port: int) -> bool:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+from sdk._home import ensure_secret, looplift_home, read_secret
 
 from . import _defaults as D
 from .errors import AdminTokenMissingError
@@ -20,43 +21,17 @@ from .errors import AdminTokenMissingError
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-def looplift_home() -> Path:
-    """The state directory: `$LOOPLIFT_HOME`, or `~/.looplift` when unset."""
-    return Path(os.environ.get(D.HOME_ENV) or D.HOME_FALLBACK).expanduser()
-
-
 def read_admin_token(home: Optional[Path] = None) -> Optional[str]:
     """The admin token from `$LOOPLIFT_ADMIN_TOKEN` or `$LOOPLIFT_HOME/admin.token`, else None."""
-    env = os.environ.get(D.ADMIN_TOKEN_ENV)
-    if env:
-        return env.strip()
-    path = (home or looplift_home()) / D.ADMIN_TOKEN_FILE
-    if path.is_file():
-        token = path.read_text().strip()
-        return token or None
-    return None
+    return read_secret(D.ADMIN_TOKEN_ENV, D.ADMIN_TOKEN_FILE, home)
 
 
 def ensure_admin_token(home: Optional[Path] = None) -> str:
     """Return the admin token, generating one into `$LOOPLIFT_HOME/admin.token` (mode 0600) if none exists."""
-    token = read_admin_token(home)
-    if token:
-        return token
-    home = home or looplift_home()
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / D.ADMIN_TOKEN_FILE
-    token = secrets.token_urlsafe(32)
-    # O_EXCL: if two processes race, one wins and the other re-reads the winner's token.
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        existing = read_admin_token(home)
-        if not existing:
-            raise AdminTokenMissingError(f"{path} exists but is empty; delete it or set {D.ADMIN_TOKEN_ENV}.") from None
-        return existing
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
+        return ensure_secret(D.ADMIN_TOKEN_ENV, D.ADMIN_TOKEN_FILE, home)
+    except ValueError as e:
+        raise AdminTokenMissingError(str(e)) from None
 
 
 def require_admin_token(token: Optional[str] = None) -> str:
