@@ -33,8 +33,9 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, max_len: 
         if m.get("role") != "assistant":
             continue
         start = len(ids(messages[:i], True))
-        end = len(ids(messages[: i + 1], False))
-        if full[:end] != ids(messages[: i + 1], False):  # pragma: no cover - template not prefix-stable
+        upto = ids(messages[: i + 1], False)
+        end = len(upto)
+        if full[:end] != upto:  # pragma: no cover - template not prefix-stable
             raise ValueError("chat template is not prefix-stable; cannot mask assistant turns")
         labels[start:end] = full[start:end]
     return full[:max_len], labels[:max_len]
