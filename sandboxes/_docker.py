@@ -1,24 +1,29 @@
-"""`DockerSandbox`: one long-running, locked-down container per sandbox, commands run with `docker exec`.
+"""`DockerSandbox`: one long-running, locked-down container per sandbox, commands run by a runner inside it.
 
-The container starts once (`sleep infinity` under docker-init) and every command is an exec in it,
-which keeps a warm exec in the tens of milliseconds instead of the ~1 s a fresh container costs.
+The container's only long-lived process is the runner (`_inner.py`, under docker-init). The host keeps
+its stdin/stdout attached and sends it one request per command; it forks, drops to the sandbox user
+and execs. A warm `python3 -c pass` costs that fork+exec plus one round trip on an open socket,
+instead of the ~50-60 ms of engine work (exec create/start/inspect, runc setns) a `docker exec` takes.
 
 Isolation, all set at container creation:
   * no network at all (`network_mode="none"`: only `lo`);
   * read-only root filesystem; writable only the size-capped tmpfs workdir /work and a small /tmp;
-  * commands run as uid/gid 65534 ("nobody") with every capability dropped and no-new-privileges;
-  * cgroup limits: memory without swap, pids, CPU quota; a capped json-file log;
-  * the idle keeper runs as a *different* unprivileged uid (65533), so cleanup can `kill -9 -1` as
-    65534 and reach every process model code started, but never the keeper (see `_defaults`).
+  * commands run as uid/gid 65534 ("nobody") with no capabilities (an empty bounding set too), no
+    supplementary groups, no-new-privileges, a new session, and no fd but 0-2;
+  * cgroup limits: memory without swap, pids, CPU quota; a capped json-file log; no Docker socket;
+  * capabilities: ALL dropped, then SETUID, SETGID, SETPCAP and KILL added back for the runner alone
+    (uid 0 in the container): it needs them to become the sandbox user in each child and to kill
+    everything a command left behind. Children give them up before they exec (see `_inner.py`).
 
-Deadlines are enforced twice. Inside: the command runs under coreutils `timeout -s KILL`, which
-kills the command's whole process group. Outside: the host reads the exec stream with a deadline;
-SOFT_GRACE_S past the timeout it kills every sandbox process (stragglers that left the process
-group can hold the stream open), HARD_GRACE_S past it it kills the container and starts a fresh
-one, so nothing the command started can keep running. A replaced container loses its workdir.
+Deadlines are enforced twice. Inside: the runner kills every process of the command at its timeout,
+and after every command ends (nothing outlives an exec). Outside: the host reads the reply with a
+deadline; HARD_GRACE_S past the timeout it kills the container and starts a fresh one, so nothing the
+command started can keep running even if the runner is stuck. A replaced container loses its workdir.
 
-OOM: exit status 137 plus the cgroup's `oom_kill` counter going up means the kernel's OOM killer
-fired inside this sandbox's memory cgroup; that is reported as `oom_killed`.
+OOM: a command killed by SIGKILL while the cgroup's `oom_kill` counter went up was killed by the
+kernel's OOM killer inside this sandbox's memory cgroup; that is reported as `oom_killed`. If the OOM
+killer picks the runner itself, the container stops; the host reports the command as OOM-killed
+(exit 137) and starts a new container.
 
 Not done here (a later hardening pass): a seccomp profile beyond Docker's default, user namespace
 remapping, gVisor/Kata runtimes, disk quotas beyond the tmpfs sizes, per-exec cgroups (one exec's
@@ -27,22 +32,25 @@ memory use counts against the whole sandbox, which is one task's).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
-import posixpath
 import select
 import socket
+import struct
 import threading
 import time
 import uuid
 import weakref
-from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from . import _defaults
-from ._base import ExecResult, Sandbox, _CappedBuffer
+from ._base import OutputCallback, Sandbox, _CappedBuffer, _Outcome
 from ._config import SandboxConfig
 from ._engine import _import_docker, docker_client, require_image
-from .errors import SandboxBrokenError, SandboxFileError, SandboxStartError
+from .errors import SandboxBrokenError, SandboxStartError
 
 __all__ = ["DockerSandbox"]
 
@@ -53,29 +61,11 @@ _ENV = {
     "LANG": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-# Kill every process of the exec user except this shell (kill(-1) skips the caller), then empty the
-# writable mounts. Globs cover dotfiles; `|| true` because an empty dir leaves the globs unmatched.
-_KILL_ALL = "kill -9 -1 2>/dev/null; true"
-_RESET = (
-    "kill -9 -1 2>/dev/null; "
-    f"rm -rf {_defaults.WORKDIR}/* {_defaults.WORKDIR}/.[!.]* {_defaults.WORKDIR}/..?* "
-    "/tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; true"
-)
-# cgroup v1 keeps `oom_kill N` in memory.oom_control, v2 in memory.events.
-_OOM_COUNTER = "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events"
+#: The runner's source, passed as `python3 -c` (the root filesystem is read-only: nothing is copied in).
+_INNER_SOURCE = (Path(__file__).resolve().parent / "_inner.py").read_text(encoding="utf-8")
+#: What the runner needs and nothing more; its children drop all of them (see `_inner.py`).
+_RUNNER_CAPS = ["SETUID", "SETGID", "SETPCAP", "KILL"]
 _STDOUT, _STDERR = 1, 2
-
-
-@dataclass
-class _Raw:
-    """One exec's outcome before interpretation (bytes, no timeout/OOM classification yet)."""
-
-    exit_code: int | None
-    stdout: _CappedBuffer
-    stderr: _CappedBuffer
-    duration_s: float
-    soft_killed: bool = False  # the host killed stragglers past the deadline
-    hard_killed: bool = False  # the host killed the container past the deadline
 
 
 def _remove_container(api: Any, holder: dict[str, str | None]) -> None:
@@ -160,8 +150,11 @@ class DockerSandbox(Sandbox):
         # exits without close(); the holder lets it follow replacements.
         self._holder: dict[str, str | None] = {"id": None}
         self._finalizer = weakref.finalize(self, _remove_container, self._api, self._holder)
-        self._oom_kills = 0
-        #: Seconds the last container took from create to running (measured for the docs/bench).
+        self._conn: Any = None  # docker-py's socket wrapper of the attach stream
+        self._sock: socket.socket | None = None  # the raw socket under it
+        self._rbuf = bytearray()  # Docker-framed bytes read but not yet parsed
+        self._runner_log = bytearray()  # the runner's own stderr (diagnostics), last 4 KiB
+        #: Seconds the last container took from create to answering its first request.
         self.start_s = 0.0
         #: How many times this sandbox replaced its container (after a hard kill or a death).
         self.replacements = 0
@@ -179,6 +172,10 @@ class DockerSandbox(Sandbox):
         """Full id of the current container (changes when the container is replaced)."""
         return self._holder.get("id")
 
+    @property
+    def workdir_path(self) -> str:
+        return _defaults.WORKDIR
+
     def _host_config(self) -> Any:
         c = self.config
         return self._api.create_host_config(
@@ -189,6 +186,7 @@ class DockerSandbox(Sandbox):
                 "/tmp": f"rw,noexec,nosuid,nodev,size={_defaults.TMP_MB}m,mode=1777",
             },
             cap_drop=["ALL"],
+            cap_add=_RUNNER_CAPS,
             security_opt=["no-new-privileges"],
             pids_limit=c.pids,
             mem_limit=f"{c.memory_mb}m",
@@ -210,36 +208,65 @@ class DockerSandbox(Sandbox):
         try:
             created = self._api.create_container(
                 self.config.image,
-                command=["sleep", "infinity"],
-                user=_defaults.KEEPER_USER,
+                command=["python3", "-I", "-S", "-c", _INNER_SOURCE],
+                user="0:0",
                 # Not the workdir: Docker creates a container's working dir over the tmpfs mount with
-                # mode 0755, which would make /work unwritable for the exec user. Execs set it instead.
+                # mode 0755, which would make /work unwritable for the sandbox user.
                 working_dir="/",
-                environment=_ENV,
+                environment={"PATH": _defaults.PATH, "LANG": "C.UTF-8"},
                 labels={_defaults.LABEL: "1", OWNER_LABEL: _owner_label()},
                 hostname="sandbox",
                 name=f"looplift-sbx-{uuid.uuid4().hex[:12]}",
                 network_disabled=True,
+                stdin_open=True,
+                tty=False,
                 host_config=self._host_config(),
             )
             self._holder["id"] = created["Id"]
+            self._conn = self._api.attach_socket(
+                created["Id"], params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            self._sock = getattr(self._conn, "_sock", self._conn)
+            self._rbuf.clear()
             self._api.start(created["Id"])
-        except self._docker.errors.DockerException as e:
-            _remove_container(self._api, self._holder)
+            self._request({"op": "ping"}, deadline=time.monotonic() + 60.0)
+        except (self._docker.errors.DockerException, SandboxBrokenError, OSError) as e:
+            log = self._runner_log.decode("utf-8", "replace").strip()
+            self._drop_container()
             raise SandboxStartError(
-                f"could not start a container from {self.config.image!r}: {e}; check `docker info` and the "
-                "dockerd log (/tmp/dockerd.log when started by scripts/setup_docker.sh)"
+                f"could not start a sandbox from {self.config.image!r}: {e}"
+                + (f"; runner said: {log[-500:]}" if log else "")
+                + "; check `docker info` and the dockerd log (/tmp/dockerd.log when started by scripts/setup_docker.sh)"
             ) from e
-        self._oom_kills = 0  # a fresh cgroup
         self.start_s = time.monotonic() - t0
 
-    def _replace(self) -> None:
+    def _drop_container(self) -> None:
+        for closable in (self._conn, self._sock):
+            try:
+                if closable is not None:
+                    closable.close()
+            except OSError:
+                pass
+        self._conn = self._sock = None
         _remove_container(self._api, self._holder)
+
+    def _replace(self) -> None:
+        self._drop_container()
         self.replacements += 1
         self._start()
 
+    def _stream_open(self) -> bool:
+        """False when the attach stream has reached EOF (the container stopped); no engine round trip."""
+        if self._sock is None:
+            return False
+        try:
+            ready, _, _ = select.select([self._sock], [], [], 0)
+            return not ready or self._sock.recv(1, socket.MSG_PEEK) != b""
+        except OSError:
+            return False
+
     def is_alive(self) -> bool:
-        if self._closed or not self._holder.get("id"):
+        if self._closed or not self._holder.get("id") or not self._stream_open():
             return False
         try:
             state = self._api.inspect_container(self._holder["id"])["State"]
@@ -248,274 +275,151 @@ class DockerSandbox(Sandbox):
         return bool(state.get("Running")) and not state.get("Paused") and not state.get("Restarting")
 
     def _close(self) -> None:
+        for closable in (self._conn, self._sock):
+            try:
+                if closable is not None:
+                    closable.close()
+            except OSError:
+                pass
         self._finalizer()  # removes the container exactly once
         if self._owns_client:
             self._client.close()
 
-    # -- commands ---------------------------------------------------------------------------------
+    # -- the runner protocol ----------------------------------------------------------------------
 
-    def exec(self, cmd: list[str], *, timeout: float | None = None, stdin: str | None = None) -> ExecResult:
-        _check_cmd(cmd)
-        t = self._timeout(timeout)
-        data = stdin.encode("utf-8") if stdin is not None else None
-        wrapped = ["timeout", "-s", "KILL", f"{t:g}", *cmd]
-        with self._lock:
-            self._check_open()
-            raw = self._run_healing(wrapped, deadline_s=t, stdin=data, limit=self.config.output_limit_bytes)
-            return self._classify(raw, t)
+    def _request(
+        self, req: dict[str, Any], *, deadline: float, out: _CappedBuffer | None = None, err: _CappedBuffer | None = None
+    ) -> dict[str, Any]:
+        """Send one request to the runner and read its reply frames until the result.
 
-    def _run_healing(self, argv: list[str], **kw: Any) -> _Raw:
-        # Asking the engine whether the container runs before every exec would cost a round trip on
-        # the hot path; instead a container found dead is replaced and the command tried once more.
+        Raises `SandboxBrokenError` when the stream ends first (the container stopped) and
+        `TimeoutError` past `deadline`.
+        """
+        if self._sock is None:
+            raise SandboxBrokenError("the sandbox has no container", sandbox_id=self.id)
+        body = json.dumps(req).encode()
         try:
-            return self._run(argv, **kw)
-        except SandboxBrokenError:
-            self._replace()
-            return self._run(argv, **kw)
+            self._sock.sendall(struct.pack(">I", len(body)) + body)
+        except OSError as e:
+            raise SandboxBrokenError(f"the container stopped ({e})", sandbox_id=self.id) from e
+        payload = bytearray()  # runner frames (stream 1), not yet parsed
+        while True:
+            while len(payload) >= 5:
+                size = int.from_bytes(payload[1:5], "big")
+                if len(payload) < 5 + size:
+                    break
+                kind, data = payload[0:1], bytes(payload[5 : 5 + size])
+                del payload[: 5 + size]
+                if kind == b"x":
+                    result: dict[str, Any] = json.loads(data)
+                    if "error" in result:
+                        raise SandboxBrokenError(f"the sandbox runner failed: {result['error']}", sandbox_id=self.id)
+                    return result
+                target = out if kind == b"o" else err
+                if target is not None:
+                    target.write(data)
+            payload += self._read_stream(deadline)
 
-    def _classify(self, raw: _Raw, timeout: float) -> ExecResult:
-        timed_out = raw.hard_killed or raw.soft_killed
-        oom = False
-        code = raw.exit_code
-        if raw.hard_killed:
-            self._replace()
-        elif code == 137:
-            # 137 is SIGKILL: from the OOM killer, or from `timeout` killing its process group.
-            oom = self._oom_counter_rose()
-            if not oom and raw.duration_s >= timeout * 0.98:
-                timed_out = True
-        elif code == 124:
-            timed_out = True
-        if timed_out:
-            code = None
-            if not raw.hard_killed:
-                self._kill_stragglers()
-        if code is not None and code >= 128 and not self.is_alive():
-            # The kill took the keeper with it (e.g. the OOM killer chose it): start over.
-            self._replace()
-        return ExecResult(
-            exit_code=code,
-            stdout=raw.stdout.text(),
-            stderr=raw.stderr.text(),
-            stdout_truncated=raw.stdout.truncated,
-            stderr_truncated=raw.stderr.truncated,
-            timed_out=timed_out,
-            oom_killed=oom,
-            duration_s=raw.duration_s,
-        )
+    def _read_stream(self, deadline: float) -> bytes:
+        """The next stdout bytes of the runner, demultiplexed from Docker's framing (8-byte header:
+        stream id, 3 pad, big-endian size); its stderr goes to `_runner_log`."""
+        assert self._sock is not None
+        while True:
+            got = bytearray()
+            while len(self._rbuf) >= 8:
+                size = int.from_bytes(self._rbuf[4:8], "big")
+                if len(self._rbuf) < 8 + size:
+                    break
+                stream = self._rbuf[0]
+                chunk = self._rbuf[8 : 8 + size]
+                del self._rbuf[: 8 + size]
+                if stream == _STDERR:
+                    self._runner_log += chunk
+                    del self._runner_log[:-4096]
+                else:
+                    got += chunk
+            if got:
+                return bytes(got)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            pending = getattr(self._sock, "pending", None)  # TLS sockets may hold decrypted bytes
+            if not (pending and pending()):
+                ready, _, _ = select.select([self._sock], [], [], left)
+                if not ready:
+                    continue
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise SandboxBrokenError("the container stopped", sandbox_id=self.id)
+            self._rbuf += chunk
 
-    def _oom_counter_rose(self) -> bool:
+    def _stopped_before(self, t_wall: float) -> bool:
+        """True when the container is known to have stopped before wall-clock time `t_wall`."""
         try:
-            raw = self._run(["sh", "-c", _OOM_COUNTER], deadline_s=5.0, limit=4096, escalate=False)
-        except SandboxBrokenError:
+            state = self._api.inspect_container(self._holder["id"])["State"]
+        except self._docker.errors.DockerException:
             return False
-        for line in raw.stdout.text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                count = int(value)
-                rose = count > self._oom_kills
-                self._oom_kills = count
-                return rose
-        # No counter (old kernel): fall back to what the engine recorded for the container.
+        if state.get("Running"):
+            return False
+        finished = str(state.get("FinishedAt") or "")
+        try:  # RFC 3339 with nanoseconds: keep microseconds for fromisoformat
+            head, _, frac = finished.rstrip("Z").partition(".")
+            ts = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
+        except ValueError:
+            return False
+        return ts < t_wall
+
+    def _oom_killed_container(self) -> bool:
         try:
             return bool(self._api.inspect_container(self._holder["id"])["State"].get("OOMKilled"))
         except self._docker.errors.DockerException:
             return False
 
-    def _kill_stragglers(self) -> None:
-        try:
-            self._run(["sh", "-c", _KILL_ALL], deadline_s=5.0, limit=4096, escalate=False)
-        except SandboxBrokenError:
-            self._replace()
+    # -- commands ---------------------------------------------------------------------------------
 
-    def _run(
-        self,
-        argv: list[str],
-        *,
-        deadline_s: float,
-        limit: int,
-        stdin: bytes | None = None,
-        escalate: bool = True,
-    ) -> _Raw:
-        """Exec `argv` as the sandbox user and collect its output under a host-side deadline.
-
-        With `escalate`, SOFT_GRACE_S past `deadline_s` every sandbox process is killed and
-        HARD_GRACE_S past it the container is; without it (internal housekeeping), the deadline
-        raises `SandboxBrokenError`.
-        """
-        cid = self._holder["id"]
-        out, err = _CappedBuffer(limit), _CappedBuffer(limit)
-        t0 = time.monotonic()
-        try:
-            exec_id = self._api.exec_create(
-                cid,
-                argv,
-                stdout=True,
-                stderr=True,
-                stdin=stdin is not None,
-                user=_defaults.EXEC_USER,
-                workdir=_defaults.WORKDIR,
-                environment=_ENV,
-            )["Id"]
-            sock = self._api.exec_start(exec_id, socket=True)
-        except self._docker.errors.NotFound as e:
-            raise SandboxBrokenError(f"the container is gone ({e})", sandbox_id=self.id) from e
-        except self._docker.errors.APIError as e:
-            if "is not running" in str(e) or "No such container" in str(e):
-                raise SandboxBrokenError(f"the container stopped ({e})", sandbox_id=self.id) from e
-            raise
-        raw_sock: socket.socket = getattr(sock, "_sock", sock)
-        raw = _Raw(None, out, err, 0.0)
-        writer = None
-        try:
-            if stdin is not None:
-                writer = threading.Thread(target=_send_stdin, args=(raw_sock, stdin), daemon=True)
-                writer.start()
-            self._pump(raw_sock, out, err, raw, t0, deadline_s, escalate)
-        finally:
+    def _exec(
+        self, cmd: list[str], timeout: float, stdin: bytes | None, limit: int, on_output: OutputCallback | None
+    ) -> _Outcome:
+        req = {
+            "op": "exec",
+            "argv": cmd,
+            "env": _ENV,
+            "timeout": timeout,
+            "limit": limit,
+            "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
+        }
+        if not self._stream_open():
+            self._replace()  # found dead while idle: a fresh container, then run
+        for attempt in (1, 2):
+            out, err = _CappedBuffer(limit, "stdout", on_output), _CappedBuffer(limit, "stderr", on_output)
+            t0, sent_at = time.monotonic(), time.time()
             try:
-                sock.close()
-                raw_sock.close()
-            except OSError:
-                pass
-        if writer is not None:
-            writer.join(1.0)
-        raw.duration_s = time.monotonic() - t0
-        if not raw.hard_killed:
-            raw.exit_code = self._exit_code(exec_id)
-        return raw
-
-    def _pump(
-        self,
-        sock: socket.socket,
-        out: _CappedBuffer,
-        err: _CappedBuffer,
-        raw: _Raw,
-        t0: float,
-        deadline_s: float,
-        escalate: bool,
-    ) -> None:
-        """Demultiplex Docker's framed stream (8-byte header: stream id, 3 pad, big-endian size)."""
-        soft_at = t0 + deadline_s + _defaults.SOFT_GRACE_S
-        hard_at = t0 + deadline_s + _defaults.HARD_GRACE_S
-        buf = bytearray()
-        while True:
-            now = time.monotonic()
-            if now >= soft_at and escalate and not raw.soft_killed:
-                raw.soft_killed = True
-                self._kill_stragglers()
-                continue
-            if now >= hard_at:
-                if not escalate:
-                    raise SandboxBrokenError(
-                        "a housekeeping command did not finish in time; the container is replaced on next use",
-                        sandbox_id=self.id,
-                    )
-                # Killing the container closes the stream and ends every process in it.
-                raw.hard_killed = True
-                try:
-                    self._api.kill(self._holder["id"])
-                except self._docker.errors.DockerException:
-                    pass
-                return
-            wait = (soft_at if escalate and not raw.soft_killed else hard_at) - now
-            pending = getattr(sock, "pending", None)  # TLS sockets may hold decrypted bytes
-            if not (pending and pending()):
-                ready, _, _ = select.select([sock], [], [], max(wait, 0.0))
-                if not ready:
+                res = self._request(req, deadline=t0 + timeout + _defaults.HARD_GRACE_S, out=out, err=err)
+            except TimeoutError:
+                # The runner did not end the command in time (stuck, or starved): kill the container.
+                self._replace()
+                return _Outcome(None, out, err, True, False, time.monotonic() - t0)
+            except SandboxBrokenError:
+                if attempt == 1 and not out.getvalue() and not err.getvalue() and self._stopped_before(sent_at):
+                    self._replace()  # it was dead before the command was sent: run it in a new one
                     continue
-            try:
-                chunk = sock.recv(1 << 16)
-            except (ConnectionError, OSError):
-                chunk = b""
-            if not chunk:
-                return
-            buf += chunk
-            while len(buf) >= 8:
-                size = int.from_bytes(buf[4:8], "big")
-                if len(buf) < 8 + size:
-                    break
-                (err if buf[0] == _STDERR else out).write(bytes(buf[8 : 8 + size]))
-                del buf[: 8 + size]
-
-    def _exit_code(self, exec_id: str) -> int | None:
-        # The stream can close a moment before the engine records the exit code.
-        for _ in range(100):
-            try:
-                info = self._api.exec_inspect(exec_id)
-            except self._docker.errors.NotFound:
-                # The container was removed under the running command: it was killed with it.
-                return 137
-            if not info.get("Running"):
-                code = info.get("ExitCode")
-                return int(code) if code is not None else None
-            time.sleep(0.01)
-        return None
-
-    # -- files ------------------------------------------------------------------------------------
-
-    def _path(self, path: str) -> str:
-        if not path or "\x00" in path:
-            raise SandboxFileError(f"invalid path {path!r}", sandbox_id=self.id)
-        return posixpath.normpath(posixpath.join(_defaults.WORKDIR, path))
-
-    def write_file(self, path: str, content: str | bytes) -> None:
-        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-        target = self._path(path)
-        with self._lock:
-            self._check_open()
-            raw = self._run_healing(
-                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "sh", target],
-                deadline_s=max(self.config.timeout_s, 10.0),
-                stdin=data,
-                limit=4096,
-                escalate=False,
-            )
-        if raw.exit_code != 0:
-            raise SandboxFileError(
-                f"could not write {target} ({len(data)} bytes): {raw.stderr.text().strip() or raw.exit_code}; "
-                f"only {_defaults.WORKDIR} and /tmp are writable, the workdir holds {self.config.workdir_mb} MiB",
-                sandbox_id=self.id,
-            )
-
-    def read_file(self, path: str) -> bytes:
-        target = self._path(path)
-        limit = self.config.workdir_mb * 1024 * 1024
-        with self._lock:
-            self._check_open()
-            raw = self._run_healing(
-                ["cat", "--", target], deadline_s=max(self.config.timeout_s, 10.0), limit=limit, escalate=False
-            )
-        if raw.exit_code != 0:
-            raise SandboxFileError(
-                f"could not read {target}: {raw.stderr.text().strip() or raw.exit_code}", sandbox_id=self.id
-            )
-        return raw.stdout.getvalue()
+                oom = self._oom_killed_container()
+                self._replace()
+                return _Outcome(137, out, err, False, oom, time.monotonic() - t0)
+            return _Outcome(res["exit_code"], out, err, bool(res["timed_out"]), bool(res["oom_killed"]),
+                            float(res["duration_s"]))
+        raise AssertionError("unreachable")
 
     def reset(self) -> None:
         with self._lock:
             self._check_open()
-            if not self.is_alive():
-                self._replace()
-                return
             try:
-                raw = self._run(["sh", "-c", _RESET], deadline_s=10.0, limit=4096, escalate=False)
-            except SandboxBrokenError:
-                self._replace()
-                return
-            if raw.exit_code != 0:
-                self._replace()
-
-
-def _send_stdin(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.sendall(data)
-        # Half-close: the engine then closes the command's stdin, so `cat`-like readers finish.
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass  # the command exited without reading all of it; its result says what happened
-
-
-def _check_cmd(cmd: list[str]) -> None:
-    if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(a, str) for a in cmd):
-        raise ValueError(f"cmd must be a non-empty list of strings (argv, no shell), got {cmd!r}")
+                if self._stream_open():
+                    self._request({"op": "reset"}, deadline=time.monotonic() + 10.0)
+                    return
+            except (SandboxBrokenError, TimeoutError):
+                pass
+            self._replace()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import posixpath
 import selectors
 import shutil
 import signal
@@ -35,9 +34,9 @@ from pathlib import Path
 from typing import IO
 
 from . import _defaults
-from ._base import ExecResult, Sandbox, _CappedBuffer
+from ._base import OutputCallback, Sandbox, _CappedBuffer, _Outcome
 from ._config import SandboxConfig
-from .errors import SandboxFileError, SandboxStartError
+from .errors import SandboxStartError
 
 __all__ = ["LIMITATIONS", "LocalSandbox", "local_isolation"]
 
@@ -194,17 +193,14 @@ class LocalSandbox(Sandbox):
         return {"PATH": _defaults.PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
                 "PYTHONDONTWRITEBYTECODE": "1"}
 
-    def exec(self, cmd: list[str], *, timeout: float | None = None, stdin: str | None = None) -> ExecResult:
-        if not isinstance(cmd, (list, tuple)) or not cmd or not all(isinstance(a, str) for a in cmd):
-            raise ValueError(f"cmd must be a non-empty list of strings (argv, no shell), got {cmd!r}")
-        t = self._timeout(timeout)
-        with self._lock:
-            self._check_open()
-            return self._run(list(cmd), t, stdin.encode("utf-8") if stdin is not None else None)
+    @property
+    def workdir_path(self) -> str:
+        return str(self.workdir)
 
-    def _run(self, cmd: list[str], timeout: float, stdin: bytes | None) -> ExecResult:
-        limit = self.config.output_limit_bytes
-        out, err = _CappedBuffer(limit), _CappedBuffer(limit)
+    def _exec(
+        self, cmd: list[str], timeout: float, stdin: bytes | None, limit: int, on_output: OutputCallback | None
+    ) -> _Outcome:
+        out, err = _CappedBuffer(limit, "stdout", on_output), _CappedBuffer(limit, "stderr", on_output)
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -220,8 +216,8 @@ class LocalSandbox(Sandbox):
             )
         except OSError as e:
             # The command itself not existing is reported by the shell convention (127), like Docker.
-            return ExecResult(127, "", f"{cmd[0]}: {e.strerror}\n", False, False, False, False,
-                              time.monotonic() - t0)
+            err.write(f"{cmd[0]}: {e.strerror}\n".encode())
+            return _Outcome(127, out, err, False, False, time.monotonic() - t0)
         if stdin is not None:
             threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
         timed_out = self._pump(proc, out, err, t0 + timeout)
@@ -237,14 +233,9 @@ class LocalSandbox(Sandbox):
         # Background children still in the command's group die with it, so nothing outlives an exec
         # even without a pid namespace (unless it left the session; see LIMITATIONS).
         _kill_group(proc)
-        duration = time.monotonic() - t0
-        if timed_out:
-            exit_code: int | None = None
-        else:
-            exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as in a shell
-        stderr = err.text()
-        oom = bool(exit_code) and "MemoryError" in stderr[-2000:]
-        return ExecResult(exit_code, out.text(), stderr, out.truncated, err.truncated, timed_out, oom, duration)
+        exit_code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as in a shell
+        oom = bool(exit_code) and not timed_out and b"MemoryError" in err.getvalue()[-2000:]
+        return _Outcome(exit_code, out, err, timed_out, oom, time.monotonic() - t0)
 
     @staticmethod
     def _pump(proc: subprocess.Popen[bytes], out: _CappedBuffer, err: _CappedBuffer, deadline: float) -> bool:
@@ -269,41 +260,6 @@ class LocalSandbox(Sandbox):
             sel.close()
             proc.stdout.close()
             proc.stderr.close()
-
-    # -- files ------------------------------------------------------------------------------------
-
-    def _path(self, path: str) -> Path:
-        if not path or "\x00" in path:
-            raise SandboxFileError(f"invalid path {path!r}", sandbox_id=self.id)
-        root = str(self.workdir)
-        full = posixpath.normpath(posixpath.join(root, path))
-        if full != root and not full.startswith(root + "/"):
-            # The local backend only reaches its own workdir through these helpers.
-            raise SandboxFileError(f"{path!r} is outside the workdir {root}; use a relative path", sandbox_id=self.id)
-        return Path(full)
-
-    def write_file(self, path: str, content: str | bytes) -> None:
-        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-        target = self._path(path)
-        with self._lock:
-            self._check_open()
-            try:
-                missing = [p for p in reversed(target.parents) if str(p).startswith(str(self.workdir)) and not p.exists()]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-                for p in [*missing, target]:
-                    self._own(p)
-            except OSError as e:
-                raise SandboxFileError(f"could not write {target}: {e}", sandbox_id=self.id) from e
-
-    def read_file(self, path: str) -> bytes:
-        target = self._path(path)
-        with self._lock:
-            self._check_open()
-            try:
-                return target.read_bytes()
-            except OSError as e:
-                raise SandboxFileError(f"could not read {target}: {e.strerror}", sandbox_id=self.id) from e
 
     def reset(self) -> None:
         with self._lock:

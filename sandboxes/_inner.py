@@ -1,0 +1,272 @@
+"""The in-container runner of the Docker backend: the container's only long-lived process.
+
+`DockerSandbox` starts it as `python3 -c <this file's source>` under docker-init, keeps the container's
+stdin/stdout attached, and sends it one request at a time. Running commands through it instead of
+`docker exec` removes the engine round trips (exec create, start, inspect; runc setns) from every call:
+a warm `python3 -c pass` costs one fork+exec here instead of ~50 ms of engine work per exec.
+
+Standard library only, Python 3.8+: it runs with the image's python3, not the host's.
+
+Privileges. It runs as uid 0 *inside* the container with only CAP_SETUID, CAP_SETGID, CAP_SETPCAP and
+CAP_KILL (every other capability is dropped, no-new-privileges is set, the root filesystem is
+read-only). Each command runs in a forked child that first clears its capability bounding set, then
+becomes uid/gid 65534 with no supplementary groups, a new session and only fds 0-2 open, then execs.
+A command therefore holds no capability and cannot gain one (no-new-privileges blocks setuid binaries
+and file capabilities), and, being another uid, cannot signal, ptrace or read the memory or fds of
+this runner: it cannot forge a result or tamper with the next command's.
+
+Cleanup. `kill(-1, SIGKILL)` from this runner reaches every process in the container except itself
+and docker-init (pid 1), i.e. everything commands started. It runs after every command (nothing a
+command started outlives it: no daemons, no orphans), at its timeout, and on `reset`; it needs no
+fork, so it works while a fork bomb holds every pid. Orphans' zombies are reaped by docker-init.
+
+Wire format. Requests on stdin: 4-byte big-endian length + JSON. Replies on stdout, each a frame of
+1 type byte + 4-byte big-endian length + payload: `o`/`e` a chunk of the command's stdout/stderr (at
+most `limit + 1` bytes of each stream are forwarded, so the host can tell truncation; the rest is read
+and dropped so the command never blocks on a full pipe), `x` the JSON result that ends a request.
+"""
+
+import base64
+import ctypes
+import errno
+import json
+import os
+import selectors
+import signal
+import struct
+import sys
+import time
+
+UID = GID = 65534
+WORKDIR = "/work"
+SCRATCH = ("/work", "/tmp")
+_OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+_PR_CAPBSET_DROP = 24
+_CHUNK = 1 << 16
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _become_sandbox_user():
+    for cap in range(64):
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break  # past the kernel's last capability
+    os.setgroups([])
+    os.setresgid(GID, GID, GID)
+    os.setresuid(UID, UID, UID)
+
+
+def _oom_kills():
+    """The memory cgroup's OOM-kill counter (v2 `memory.events`, v1 `memory.oom_control`), -1 if unknown."""
+    for path in _OOM_FILES:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return -1
+
+
+def kill_all():
+    """SIGKILL every process in the container but this one and pid 1."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # nothing to kill
+
+
+def _fork():
+    while True:
+        try:
+            return os.fork()
+        except BlockingIOError:  # the pids limit is full: free it and retry
+            kill_all()
+            time.sleep(0.001)
+
+
+def _remove(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            for name in os.listdir(path):
+                _remove(os.path.join(path, name))
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass  # already gone
+
+
+def reset():
+    """Kill everything commands started and empty the scratch dirs (as the sandbox user, in a child)."""
+    kill_all()
+    pid = _fork()
+    if pid == 0:
+        try:
+            _become_sandbox_user()
+            for root in SCRATCH:
+                for name in os.listdir(root):
+                    _remove(os.path.join(root, name))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _spawn(req, out_w, err_w, in_r):
+    argv = req["argv"]
+    pid = _fork()
+    if pid != 0:
+        return pid
+    try:
+        _become_sandbox_user()
+        os.setsid()
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)
+        os.chdir(req.get("cwd") or WORKDIR)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.execvpe(argv[0], argv, req["env"])
+    except FileNotFoundError:
+        os.write(2, ("%s: command not found\n" % argv[0]).encode("utf-8", "replace"))
+        os._exit(127)
+    except BaseException as e:  # noqa: BLE001 - e.g. permission denied: a failed start, like a shell's 126
+        try:
+            os.write(2, ("%s: %s\n" % (argv[0], getattr(e, "strerror", None) or e)).encode("utf-8", "replace"))
+        finally:
+            os._exit(126)
+    os._exit(126)
+
+
+def run(req, send):
+    """Run one command; stream its output through `send(kind, bytes)`; return the result dict."""
+    limit = int(req["limit"]) + 1
+    timeout = float(req["timeout"])
+    data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else b""
+    oom_before = _oom_kills()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe()
+    t0 = time.monotonic()
+    pid = _spawn(req, out_w, err_w, in_r)
+    for fd in (out_w, err_w, in_r):
+        os.close(fd)
+    sel = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    if pidfd is not None:
+        sel.register(pidfd, selectors.EVENT_READ)
+    forwarded = {out_r: 0, err_r: 0}
+    kinds = {out_r: b"o", err_r: b"e"}
+    for fd in forwarded:
+        sel.register(fd, selectors.EVENT_READ)
+    sent = 0
+    if data:
+        os.set_blocking(in_w, False)
+        sel.register(in_w, selectors.EVENT_WRITE)
+    else:
+        os.close(in_w)
+        in_w = -1
+    deadline = t0 + timeout
+    timed_out = False
+    status = None
+    while True:
+        if status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+                kill_all()  # nothing the command started outlives it; its pipes then reach EOF
+                if pidfd is not None:
+                    sel.unregister(pidfd)
+            elif time.monotonic() >= deadline:
+                timed_out = True
+                kill_all()
+                continue  # reaped on the next turn
+        if status is not None and not forwarded:
+            break
+        if status is None:
+            wait = max(deadline - time.monotonic(), 0.0)
+            wait = wait if pidfd is not None else min(wait, 0.01)
+        else:
+            wait = 1.0
+        events = sel.select(wait)
+        if not events and status is not None:
+            break  # output held open past the kill by a process out of reach (not expected)
+        for key, _ in events:
+            fd = key.fd
+            if fd == pidfd:
+                continue  # the command exited; reaped at the top of the loop
+            if fd == in_w:
+                try:
+                    sent += os.write(in_w, data[sent : sent + _CHUNK])
+                except BlockingIOError:
+                    continue
+                except OSError:  # the command closed its stdin
+                    sent = len(data)
+                if sent >= len(data):
+                    sel.unregister(in_w)
+                    os.close(in_w)
+                    in_w = -1
+                continue
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                sel.unregister(fd)
+                os.close(fd)
+                del forwarded[fd]
+                continue
+            room = limit - forwarded[fd]
+            if room > 0:
+                send(kinds[fd], chunk[:room])
+                forwarded[fd] += min(room, len(chunk))
+    for fd in [*forwarded, in_w, pidfd]:
+        if fd is not None and fd >= 0:
+            os.close(fd)
+    sel.close()
+    duration = time.monotonic() - t0
+    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    oom = code == 128 + signal.SIGKILL and not timed_out and _oom_kills() > oom_before >= 0
+    return {"exit_code": None if timed_out else code, "timed_out": timed_out, "oom_killed": oom, "duration_s": duration}
+
+
+def _read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def main():
+    out = sys.stdout.buffer
+
+    def send(kind, payload):
+        out.write(kind + struct.pack(">I", len(payload)) + payload)
+        out.flush()
+
+    os.umask(0o022)
+    while True:
+        head = _read_exact(0, 4)
+        body = None if head is None else _read_exact(0, struct.unpack(">I", head)[0])
+        if body is None:
+            return  # the host closed the connection: the container is being removed
+        try:
+            req = json.loads(body)
+            op = req.get("op")
+            if op == "exec":
+                result = run(req, send)
+            elif op == "reset":
+                reset()
+                result = {"ok": True}
+            elif op == "ping":
+                result = {"ok": True}
+            else:
+                result = {"error": "unknown op %r" % (op,)}
+        except Exception as e:  # noqa: BLE001 - report it and stay up for the next request
+            result = {"error": "%s: %s" % (type(e).__name__, e)}
+        send(b"x", json.dumps(result).encode())
+
+
+if __name__ == "__main__":
+    main()
