@@ -13,8 +13,8 @@ The fallback where no Docker engine answers (dev laptops, CI without Docker). Wh
     capabilities and with no-new-privileges.
 
 What it does not do is in `LIMITATIONS`; use the Docker backend for untrusted code in production.
-It deliberately does not set RLIMIT_NPROC: that limit counts every process of the *user*, so it
-would break unrelated work (or, as root, do nothing).
+RLIMIT_NPROC is set only when commands run as uid 65534: the limit counts every process of the *user*,
+so for the calling user it would break unrelated work (or, as root, do nothing).
 """
 
 from __future__ import annotations
@@ -47,8 +47,13 @@ The local backend is NOT a security boundary. It does not isolate:
 - the kernel: it shares the host kernel and all its syscalls (no seccomp filter);
 - memory as a whole: RLIMIT_AS caps each process's address space, not the sum of its children, and
   there is no OOM detection beyond Python's MemoryError in stderr;
-- process count: no pids limit, so a fork bomb can load the host until the timeout kills it (with a
-  pid namespace the kill reaches every process; without one, processes that leave the session survive);
+- process count: when it runs as uid 65534 (the host runs it as root), RLIMIT_NPROC caps the
+  processes of that uid host-wide, shared by every local sandbox (and anything else running as
+  65534); otherwise there is no pids limit, so a fork bomb can load the host until the timeout kills
+  it (with a pid namespace the kill reaches every process; without one, processes that leave the
+  session survive);
+- disk space: RLIMIT_FSIZE caps each file at workdir_mb, not the workdir's total, so many files can
+  fill the host's disk;
 - CPU share: RLIMIT_CPU bounds each process's CPU seconds, there is no quota across processes;
 - IPC and abstract unix sockets: shared with the host unless the namespaces below apply;
 - the network, unless `unshare` works on this machine (see `local_isolation()`); without it the
@@ -178,13 +183,16 @@ class LocalSandbox(Sandbox):
             "fsize": c.workdir_mb * 1024 * 1024,
             "nofile": _defaults.NOFILE,
             "core": 0,
+            # Only as uid 65534: RLIMIT_NPROC counts every process of the user, so for the calling
+            # user it would break unrelated work. For 65534 it is shared by all local sandboxes.
+            **({"nproc": c.pids} if self.isolation.drop_user else {}),
         }
 
     def _preexec(self, timeout: float) -> None:
         import resource
 
         names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE", "nofile": "RLIMIT_NOFILE",
-                 "core": "RLIMIT_CORE"}
+                 "core": "RLIMIT_CORE", "nproc": "RLIMIT_NPROC"}
         for key, value in self._limits(timeout).items():
             resource.setrlimit(getattr(resource, names[key]), (value, value))
 
