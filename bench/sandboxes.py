@@ -10,7 +10,8 @@ like with like on whatever machine this runs on:
   2. cold start    `DockerSandbox(config)` + its first `exec(["python3", "-c", "pass"])`, p50
   3. warm exec     acquire + exec through a Docker `SandboxPool` of size 2, p50 and p99
   4. throughput    8 threads sharing a Docker pool of size 8, exec/s
-  5. local exec    `LocalSandbox.exec`, p50
+  5. local exec    `LocalSandbox.exec`, p50, and interleaved with it the bare host command
+                   (`subprocess.run(["python3", "-c", "pass"])`, no isolation): the floor it adds to
 
 Targets (from the issue): warm p50 <= 50 ms, throughput >= 20 exec/s on 2 cores, local p50 <= 15 ms.
 Without a Docker engine (or without the image) the Docker rows are reported as not measured and the
@@ -186,16 +187,26 @@ def bench_throughput(config: SandboxConfig, count: int, threads: int) -> tuple[f
     return count / wall, sum(not r.ok for r in results)
 
 
-def bench_local(config: SandboxConfig, n: int, warmup: int) -> tuple[list[float], int, str]:
+def bench_local(config: SandboxConfig, n: int, warmup: int) -> tuple[list[float], list[float], int, str]:
+    """`LocalSandbox.exec` and, interleaved with it (same noise), the bare host command it wraps:
+    `subprocess.run` of the same argv with the sandbox's PATH, no isolation. The gap is the backend's cost."""
+    import shutil
+    import subprocess
+
+    from sandboxes._defaults import PATH
+
+    bare = [shutil.which(CMD[0], path=PATH) or CMD[0], *CMD[1:]]
     with LocalSandbox(config) as sb:
         for _ in range(warmup):
             sb.exec(CMD)
-        times, failed = [], 0
+            subprocess.run(bare, check=False)
+        times, bare_times, failed = [], [], 0
         for _ in range(n):
             dt_s, res = timed(lambda: sb.exec(CMD))
             times.append(dt_s)
             failed += not res.ok  # type: ignore[attr-defined]
-        return times, failed, sb.isolation.describe()
+            bare_times.append(timed(lambda: subprocess.run(bare, check=False))[0])
+        return times, bare_times, failed, sb.isolation.describe()
 
 
 # -- reporting --------------------------------------------------------------------------------------
@@ -337,9 +348,13 @@ def main(argv: list[str] | None = None) -> int:
             client.close()
 
     with console.status(f"local exec x{sizes.local}"):
-        lt, lf, iso = bench_local(config, sizes.local, sizes.warmup)
+        lt, bt, lf, iso = bench_local(config, sizes.local, sizes.warmup)
+    bare_p50 = statistics.median(bt)
     rows.append(latency_row("local exec p50 (LocalSandbox)", statistics.median(lt), len(lt), base,
-                            LOCAL_P50_MAX_S, lf, note=f"isolation: {iso}"))
+                            LOCAL_P50_MAX_S, lf, note=f"isolation: {iso}; {statistics.median(lt) / bare_p50:.2f}x "
+                            "the bare host command"))
+    rows.append(latency_row("bare host subprocess, same argv, p50", bare_p50, len(bt), base, None,
+                            note="no sandbox at all: the floor the local backend adds its isolation to"))
     elapsed = time.perf_counter() - t_start
 
     render(console, rows, base, cores)

@@ -76,18 +76,24 @@ def exec_cmd(
         config = SandboxConfig(image=image, memory_mb=memory, timeout_s=timeout)
     except ValueError as e:
         _fail(str(e), EXIT_BAD_INPUT)
-    data = sys.stdin.read() if stdin else None
+    data = sys.stdin.buffer.read() if stdin else None
+
+    def live(stream: str, text: str) -> None:  # plain mode: output appears as the command writes it
+        target = sys.stdout if stream == "stdout" else sys.stderr
+        target.write(text)
+        target.flush()
+
     try:
         with make_sandbox(backend, config) as sb:
-            result = sb.exec(cmd, stdin=data)
+            result = sb.exec(cmd, stdin=data, on_output=None if as_json else live)
             used = sb.backend
     except SandboxError as e:
         _fail(str(e), EXIT_SANDBOX_ERROR)
+    except ValueError as e:
+        _fail(str(e), EXIT_BAD_INPUT)
     if as_json:
         print(json.dumps({**result.to_dict(), "backend": used}))
     else:
-        sys.stdout.write(result.stdout)
-        sys.stderr.write(result.stderr)
         flags = [name for name, on in (("timed out", result.timed_out), ("OOM-killed", result.oom_killed),
                                         ("stdout truncated", result.stdout_truncated),
                                         ("stderr truncated", result.stderr_truncated)) if on]
