@@ -27,18 +27,14 @@ NOFILE = 256
 
 #: Working directory inside a Docker sandbox.
 WORKDIR = "/work"
-#: uid:gid that runs model code inside a Docker sandbox ("nobody").
-EXEC_USER = "65534:65534"
-#: uid:gid that runs the idle keeper process (`sleep infinity`). It differs from EXEC_USER on purpose:
-#: cleanup runs `kill -9 -1` as EXEC_USER, which then reaches every process model code started but
-#: cannot reach the keeper, so the container survives its own cleanup.
-KEEPER_USER = "65533:65533"
+#: uid/gid that runs model code in both backends ("nobody"); the Docker runner itself is uid 0 in its
+#: container with four capabilities (see `_docker.py`), the local backend drops to it when run as root.
+SANDBOX_UID = 65534
 #: Label put on every container this package starts, so leftovers can be found and removed.
 LABEL = "looplift.sandbox"
 
-#: Seconds the host waits past an exec's timeout before it cleans up stragglers that hold the output
-#: stream open, and (HARD_GRACE_S) before it kills and replaces the whole container.
-SOFT_GRACE_S = 1.0
+#: Seconds the host waits past an exec's timeout for the in-container runner's answer before it kills
+#: and replaces the whole container (the runner normally kills the command right at its timeout).
 HARD_GRACE_S = 3.0
 #: Seconds `detect_backend` waits for a Docker engine to answer a ping.
 PING_TIMEOUT_S = 2.0

@@ -37,7 +37,7 @@ import struct
 import sys
 import time
 
-UID = GID = 65534
+UID = GID = 65534  # sandboxes._defaults.SANDBOX_UID (this file runs alone: no imports of ours)
 WORKDIR = "/work"
 SCRATCH = ("/work", "/tmp")
 _OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")

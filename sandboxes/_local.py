@@ -125,7 +125,8 @@ def local_isolation() -> Isolation:
         drop: tuple[str, ...] = ()
         setpriv = shutil.which("setpriv")
         if os.geteuid() == 0 and setpriv:
-            cand = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs", "--")
+            uid = _defaults.SANDBOX_UID
+            cand = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--")
             if _works([*unshare, *cand, true]):
                 drop = cand
         _isolation = Isolation(unshare=unshare, drop_user=drop, prlimit=shutil.which("prlimit"))
@@ -158,7 +159,7 @@ class LocalSandbox(Sandbox):
     def _own(self, path: Path) -> None:
         # The command runs as 65534 when we drop root; it must own its workdir to write there.
         if self.isolation.drop_user:
-            os.chown(path, 65534, 65534)
+            os.chown(path, _defaults.SANDBOX_UID, _defaults.SANDBOX_UID)
 
     def is_alive(self) -> bool:
         return not self._closed and self.workdir.is_dir()
