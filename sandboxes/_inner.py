@@ -229,13 +229,13 @@ def run(req, send):
 
 
 def _read_exact(fd, n):
-    buf = b""
+    buf = bytearray()
     while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
+        chunk = os.read(fd, min(n - len(buf), 1 << 20))
         if not chunk:
             return None
         buf += chunk
-    return buf
+    return bytes(buf)
 
 
 def main():
