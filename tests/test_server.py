@@ -368,8 +368,10 @@ def test_restart_serves_same_version(vllm_server: Any, tmp_path: Path,
 
 
 def test_stream_client_disconnect_releases_in_flight(gateway: GatewayHandle, admin: AdminClient) -> None:
+    # 8 choices: ~8 MB of SSE, more than loopback's send buffer (autotuned up to 4 MB) and the 4 KB
+    # receive window can absorb, so the unread stream is provably still in flight at the check.
     with _slow_reader(gateway.url) as c:
-        with c.stream("POST", "/v1/chat/completions", json=_LONG_STREAM) as r:
+        with c.stream("POST", "/v1/chat/completions", json={**_LONG_STREAM, "n": 8}) as r:
             lines = _sse_lines(r)
             assert next(lines).startswith("data: ")
             time.sleep(0.3)
