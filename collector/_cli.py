@@ -173,7 +173,7 @@ def score(
     else:
         auc = "-" if report.auc is None else f"{report.auc:.3f}"
         _out.print(f"quality model #{report.quality_model_id}: held-out AUC {auc} ({report.n_train} train, "
-                   f"{report.n_test} held-out trajectories)" + (" [refitted]" if report.retrained else ""), highlight=False)
+                   f"{report.n_test} held-out trajectories)" + (" (refitted)" if report.retrained else ""), highlight=False)
         if report.quality_note:
             _out.print(f"note: {report.quality_note}", highlight=False)
     _out.print(f"scored {report.rows_scored} rows, clustered {report.rows_clustered} into {report.clusters} clusters",
