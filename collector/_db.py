@@ -57,10 +57,16 @@ class TrajectoryRow(_CollectorModel, table=True):
     """One anonymized trajectory, plus the columns that queries filter and group on."""
 
     __tablename__ = "trajectories"
+    # Export reads in (created_at, id) or (task_id, created_at, id) keyset order: these indexes make
+    # each page a range scan (they replace 0001's single-column created_at and task_id indexes).
+    __table_args__ = (
+        sa.Index("ix_trajectories_created_at_id", "created_at", "id"),
+        sa.Index("ix_trajectories_task_created_id", "task_id", "created_at", "id"),
+    )
 
     id: str = Field(sa_type=sa.String(128), primary_key=True, description="client-generated trajectory id")
     app: str = Field(sa_type=sa.String(128), index=True)
-    task_id: str = Field(sa_type=sa.String(256), index=True)
+    task_id: str = Field(sa_type=sa.String(256))
     model: str = Field(sa_type=sa.String(256))
     served_version: str | None = Field(default=None, sa_type=sa.String(256), index=True)
     success: bool | None = Field(default=None)
@@ -70,7 +76,7 @@ class TrajectoryRow(_CollectorModel, table=True):
     content_hash: str = Field(sa_type=sa.String(64), index=True, description="sha256 of normalized messages")
     # Plain DateTime holding naive UTC: SQLite has no zone type, and one convention everywhere
     # keeps keyset comparisons exact on both dialects.
-    created_at: datetime = Field(sa_type=sa.DateTime(), index=True, description="ingest time, naive UTC")
+    created_at: datetime = Field(sa_type=sa.DateTime(), description="ingest time, naive UTC")
     started_at: datetime = Field(sa_type=sa.DateTime())
     finished_at: datetime = Field(sa_type=sa.DateTime())
     data: str = Field(sa_type=sa.Text, description="the full anonymized trajectory as JSON")

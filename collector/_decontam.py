@@ -71,7 +71,10 @@ class EvalIndex:
 
     def contaminated(self, text: str) -> bool:
         """True when `text` shares an n-gram with the eval set."""
-        w = word_hashes(text)
+        return self.contaminated_words(word_hashes(text))
+
+    def contaminated_words(self, w: np.ndarray) -> bool:
+        """`contaminated` for a text's `_shingle.word_hashes`."""
         for k, table in self.tables.items():
             g = ngram_hashes(w, k)
             if g.size:

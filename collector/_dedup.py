@@ -2,7 +2,7 @@
 one Bloom filter holding the bands of everything kept so far.
 
 Each trajectory's text (`_shingle.trajectory_text`) becomes word 5-gram shingles; 128 MinHash
-values (`(a*x + b) mod 2**64`, top 32 bits, min over shingles) estimate Jaccard similarity; the
+values (`(a*x + b) mod 2**32` over the shingle hashes, min over shingles) estimate Jaccard similarity; the
 signature is cut into 16 bands of 8 rows. Two texts with Jaccard similarity s share at least
 one band with probability 1 - (1 - s**8)**16: 0.06 at s=0.5, 0.61 at 0.7, 0.95 at 0.8, ~1 at 0.9.
 A trajectory is a near-duplicate when one of its bands was seen in a trajectory kept earlier
@@ -34,28 +34,28 @@ class MinHasher:
         if num_perm % bands:
             raise ValueError(f"num_perm ({num_perm}) must be a multiple of bands ({bands})")
         rng = np.random.default_rng(seed)
-        self.a = rng.integers(1, 2**63, size=num_perm, dtype=np.uint64) | np.uint64(1)
-        self.b = rng.integers(0, 2**63, size=num_perm, dtype=np.uint64)
+        self.a = rng.integers(1, 2**32, size=num_perm, dtype=np.uint32) | np.uint32(1)
+        self.b = rng.integers(0, 2**32, size=num_perm, dtype=np.uint32)
         self.bands, self.rows, self.shingle = bands, num_perm // bands, shingle
         self._band_mul = mix64(np.arange(1, self.rows + 1, dtype=np.uint64))
         self._band_id = mix64(np.arange(bands, dtype=np.uint64) + np.uint64(0xB4D))
 
-    def signature(self, text: str) -> np.ndarray | None:
-        """(num_perm,) uint64 MinHash values, or None for a text with no shingle (fewer words than the shingle size
-        are hashed as one shingle; an empty text has none)."""
-        words = word_hashes(text)
+    def signature(self, words: np.ndarray) -> np.ndarray | None:
+        """(num_perm,) MinHash values of `_shingle.word_hashes` output, or None for no words (fewer
+        words than the shingle size are hashed as one shingle)."""
         if words.size == 0:
             return None
-        sh = ngram_hashes(words, min(self.shingle, words.size))
-        sig = np.full(self.a.size, np.iinfo(np.uint64).max, dtype=np.uint64)
+        # 32-bit arithmetic: half the memory traffic of 64-bit, and 32-bit minima are plenty for LSH.
+        sh = ngram_hashes(words, min(self.shingle, words.size)).astype(np.uint32)
+        sig = np.full(self.a.size, np.iinfo(np.uint32).max, dtype=np.uint32)
         for i in range(0, sh.size, _CHUNK):
-            block = (sh[i : i + _CHUNK, None] * self.a[None, :] + self.b[None, :]) >> np.uint64(32)  # (S, P)
+            block = sh[i : i + _CHUNK, None] * self.a[None, :] + self.b[None, :]  # (S, P) uint32, wraps
             np.minimum(sig, block.min(axis=0), out=sig)
         return sig
 
     def band_keys(self, sig: np.ndarray) -> np.ndarray:
         """(bands,) uint64: one key per band, distinct across bands."""
-        rows = sig.reshape(self.bands, self.rows) * self._band_mul[None, :]  # (B, R)
+        rows = sig.astype(np.uint64).reshape(self.bands, self.rows) * self._band_mul[None, :]  # (B, R)
         return mix64(rows.sum(axis=1, dtype=np.uint64) ^ self._band_id)
 
 
@@ -98,7 +98,11 @@ class NearDupFilter:
 
     def seen(self, text: str) -> bool:
         """Check `text` and, when it is new, remember it."""
-        sig = self.hasher.signature(text)
+        return self.seen_words(word_hashes(text))
+
+    def seen_words(self, words: np.ndarray) -> bool:
+        """`seen` for a text's `_shingle.word_hashes`."""
+        sig = self.hasher.signature(words)
         if sig is None:
             return False
         keys = self.hasher.band_keys(sig)

@@ -67,7 +67,7 @@ from . import _defaults
 from ._db import FeedbackRow, Store, TrajectoryRow, open_store, to_naive_utc, utcnow
 from ._decontam import EvalIndex
 from ._dedup import NearDupFilter
-from ._shingle import trajectory_text, unit_hash
+from ._shingle import trajectory_text, unit_hash, word_hashes
 from .errors import ConfigError, ExportError, UnsupportedFormatError
 
 BALANCE_BY = ("task", "cluster")
@@ -365,7 +365,7 @@ def _pages(store: Store, where: Any, keys: list[Any], batch: int) -> Iterator[li
     while True:
         q = base
         if last is not None:
-            q = q.where(_after(keys, last))
+            q = q.where(sa.tuple_(*keys) > sa.tuple_(*last))  # a range scan on the matching composite index
         with store.engine.connect() as conn:
             page = conn.execute(q.limit(batch)).all()
         if page:
@@ -373,14 +373,6 @@ def _pages(store: Store, where: Any, keys: list[Any], batch: int) -> Iterator[li
         if len(page) < batch:
             return
         last = tuple(getattr(page[-1], k.key) for k in keys)
-
-
-def _after(keys: list[Any], last: tuple[Any, ...]) -> Any:
-    """(k1, k2, ...) > (v1, v2, ...) lexicographically, written out (row values are not portable)."""
-    ors = []
-    for i in range(len(keys)):
-        ors.append(sa.and_(*[keys[j] == last[j] for j in range(i)], keys[i] > last[i]))
-    return sa.or_(*ors)
 
 
 def _corrections(store: Store, ids: list[str]) -> dict[str, str]:
@@ -591,11 +583,11 @@ def _run(store: Store, f: ExportFilters, where: Any, fmt: str, main: _Sink, side
             data = json.loads(r.data)
             c = corr.get(r.id)
             if index is not None or near is not None:
-                text = trajectory_text(data) + ("\n" + c if c else "")
-                if index is not None and index.contaminated(text):
+                words = word_hashes(trajectory_text(data) + ("\n" + c if c else ""))
+                if index is not None and index.contaminated_words(words):
                     drop("contaminated")
                     continue
-                if near is not None and near.seen(text):
+                if near is not None and near.seen_words(words):
                     drop("near_duplicate")
                     continue
             row = _Row(r, data, c)

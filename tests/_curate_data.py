@@ -54,10 +54,10 @@ def make(
         steps.append(Step(index=k, action=call.function.arguments, observation=obs))
     if rng.random() < (0.85 if good else 0.4):
         msgs.append(Message(role="assistant", content=f"The answer is {rng.randrange(1000)}. {sentence(rng, topic, 10)}"))
-    if pad_to:
+    if pad_to:  # pad the first observation (the prompt stays the task's)
         size = sum(len(m.content or "") for m in msgs)
         if size < pad_to:
-            msgs.insert(2, Message(role="user", content=sentence(rng, topic, (pad_to - size) // 7)))
+            msgs[3] = msgs[3].model_copy(update={"content": f"{msgs[3].content}\n{sentence(rng, topic, (pad_to - size) // 7)}"})
     asst = [j for j, m in enumerate(msgs) if m.role == "assistant"]
     turns = [TurnTokens(message_index=j, prompt_token_ids=[1, 2, j], completion_token_ids=[j, j + 1],
                         completion_logprobs=[-0.1, rng.gauss(-0.5 if good else -1.0, 0.6)]) for j in asst] if tokens else []

@@ -20,7 +20,7 @@ from collector._cli import app as cli_app
 from collector._curate import score
 from collector._dedup import NearDupFilter
 from collector._export import holdout_path_for, in_holdout
-from sdk._types import Feedback, Message
+from sdk._types import Feedback
 
 
 def lines(p: Path) -> list[dict[str, Any]]:
@@ -188,15 +188,15 @@ def test_grpo_drops_singletons_and_unscored(store: Store, tmp_path: Path) -> Non
 
 def test_exact_and_near_duplicates_are_dropped_keeping_the_first(store: Store, tmp_path: Path) -> None:
     rng = random.Random(3)
-    base = [make(i, good=True, rng=rng, pad_to=1500) for i in range(30)]
+    base = [make(i, good=True, rng=rng, pad_to=4000) for i in range(30)]
     exact = [b.model_copy(update={"id": f"exact-{i}", "started_at": b.started_at}) for i, b in enumerate(base[:5])]
     near = []
     for i, b in enumerate(base[5:12]):
         msgs = [m.model_copy() for m in b.messages]
-        words = (msgs[2].content or "").split()
-        for k in range(0, len(words), 40):  # ~2.5% of the words changed
+        words = (msgs[3].content or "").split()  # the padded observation
+        for k in range(0, len(words), 60):  # ~1.5% of the words changed
             words[k] = "edited"
-        msgs[2] = Message(role="user", content=" ".join(words))
+        msgs[3] = msgs[3].model_copy(update={"content": " ".join(words)})
         near.append(b.model_copy(update={"id": f"near-{i}", "messages": msgs}))
     store.add_trajectories(base, anonymize=False)
     store.add_trajectories(exact + near, anonymize=False)  # ingested later: the originals are kept

@@ -1,4 +1,5 @@
-"""Scores and curation: feedback rating, learned quality, score source, cluster; score_models.
+"""Scores and curation: feedback rating, learned quality, score source, cluster; score_models;
+composite indexes for the export's keyset order.
 
 Adds the columns `collector score` and `collector export` read and write, the table that holds
 the fitted quality model and clusterer (as JSON, never pickle), and recomposes every stored
@@ -30,6 +31,12 @@ def upgrade() -> None:
         b.add_column(sa.Column("cluster", sa.Integer(), nullable=True))
     op.create_index("ix_trajectories_cluster", "trajectories", ["cluster"])
     op.create_index("ix_trajectories_score", "trajectories", ["score"])
+    # Keyset pages of the export become index range scans; the composite indexes cover what the
+    # single-column ones did, so ingest maintains no more indexes than before.
+    op.create_index("ix_trajectories_created_at_id", "trajectories", ["created_at", "id"])
+    op.create_index("ix_trajectories_task_created_id", "trajectories", ["task_id", "created_at", "id"])
+    op.drop_index("ix_trajectories_created_at", table_name="trajectories")
+    op.drop_index("ix_trajectories_task_id", table_name="trajectories")
 
     op.create_table(
         "score_models",
@@ -69,6 +76,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_score_models_kind", table_name="score_models")
     op.drop_table("score_models")
+    op.create_index("ix_trajectories_task_id", "trajectories", ["task_id"])
+    op.create_index("ix_trajectories_created_at", "trajectories", ["created_at"])
+    op.drop_index("ix_trajectories_task_created_id", table_name="trajectories")
+    op.drop_index("ix_trajectories_created_at_id", table_name="trajectories")
     op.drop_index("ix_trajectories_score", table_name="trajectories")
     op.drop_index("ix_trajectories_cluster", table_name="trajectories")
     with op.batch_alter_table("trajectories") as b:
