@@ -1,4 +1,4 @@
-"""The `collector` command: `serve`, `export`, `stats`, `anonymize`.
+"""The `collector` command: `serve`, `export`, `score`, `stats`, `anonymize`.
 
 Flags map 1:1 onto `CollectorSettings` and `export()` arguments; `--db` defaults to
 `LOOPLIFT_COLLECTOR_DB` or `sqlite:///$LOOPLIFT_HOME/collector.db`. Errors print one line (no
@@ -90,12 +90,28 @@ def serve(
 @app.command("export")
 def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write; FILE.manifest.json goes beside it.")],
-    format: str = typer.Option("sft", "--format", "-f", help="Export format: sft (dpo, grpo planned)."),
-    min_reward: float | None = typer.Option(None, "--min-reward", help="Keep trajectories with reward >= R."),
-    app_name: str | None = typer.Option(None, "--app", help="Keep only this app."),
+    format: str = typer.Option("sft", "--format", "-f", help="sft (chat), dpo (chosen/rejected pairs per task) or grpo "
+                               "(groups per task with rewards and token ids)."),
     since: str | None = typer.Option(None, "--since", help="Ingested at/after this ISO time (UTC if no zone)."),
     until: str | None = typer.Option(None, "--until", help="Ingested before this ISO time (UTC if no zone)."),
-    limit: int | None = typer.Option(None, "--limit", min=0, help="At most N lines."),
+    app_name: str | None = typer.Option(None, "--app", help="Keep only this app."),
+    task: str | None = typer.Option(None, "--task", help="Keep only this task id."),
+    model_version: str | None = typer.Option(None, "--model-version", help="Keep only this served version (e.g. policy-v2)."),
+    min_score: float | None = typer.Option(None, "--min-score", help="Keep trajectories with score >= S (a correction counts as 1)."),
+    min_reward: float | None = typer.Option(None, "--min-reward", help="Keep trajectories with verifier reward >= R."),
+    limit: int | None = typer.Option(None, "--limit", min=0, help="At most N lines in the output file."),
+    dedup: bool = typer.Option(False, "--dedup", help="Drop exact and near duplicates (MinHash LSH), keeping the first."),
+    balance: str | None = typer.Option(None, "--balance", help="Equalize groups: task (rows per task) or cluster (per diversity "
+                                       "cluster from `collector score`)."),
+    per_group: int | None = typer.Option(None, "--per-group", min=1, help="With --balance: rows per group (default: fit "
+                                         "--limit, else the median group size)."),
+    holdout: float | None = typer.Option(None, "--holdout", help="Send this fraction of tasks (0..1, by task-id hash) to "
+                                         "FILE.holdout.jsonl."),
+    decontaminate: Path | None = typer.Option(None, "--decontaminate", help="Eval JSONL: drop trajectories sharing a word "
+                                              "n-gram with it."),
+    ngram: int = typer.Option(_defaults.DECONTAM_NGRAM, "--ngram", help="n-gram length for --decontaminate."),
+    corrections: bool = typer.Option(True, "--corrections/--no-corrections", help="Use user corrections as SFT targets "
+                                     "and DPO pairs."),
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
@@ -108,20 +124,61 @@ def export_cmd(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=_err, transient=True,
         disable=as_json,
     ) as bar:
-        task = bar.add_task("exporting 0 trajectories", total=None)
+        bar_task = bar.add_task("exporting: 0 trajectories read", total=None)
         manifest = _guard(
             lambda: export(
-                settings.db_url, out, format=format, min_reward=min_reward, app=app_name, since=t_since,
-                until=t_until, limit=limit, progress=lambda n: bar.update(task, description=f"exporting {n} trajectories"),
+                settings.db_url, out, format=format, min_reward=min_reward, min_score=min_score, app=app_name, task=task,
+                model_version=model_version, since=t_since, until=t_until, limit=limit, dedup=dedup, balance=balance,
+                per_group=per_group, holdout=holdout, decontaminate=decontaminate, ngram=ngram, corrections=corrections,
+                progress=lambda n: bar.update(bar_task, description=f"exporting: {n} trajectories read"),
             )
         )
     if as_json:
         sys.stdout.write(manifest.model_dump_json(indent=2) + "\n")
         return
-    _out.print(f"wrote {manifest.count} {manifest.format} lines to {manifest.path} ({manifest.bytes} bytes)", highlight=False)
+    _out.print(f"wrote {manifest.count} {manifest.format} lines to {manifest.path} ({manifest.bytes} bytes, "
+               f"{manifest.trajectories} trajectories, {manifest.tasks} tasks; {manifest.matched} matched the filters)",
+               highlight=False)
     for a, n in sorted(manifest.by_app.items()):
         _out.print(f"  {a}: {n}", highlight=False)
+    if manifest.holdout is not None:
+        h = manifest.holdout
+        _out.print(f"holdout: {h.count} lines, {h.tasks} tasks in {h.path}", highlight=False)
+    for reason, n in sorted(manifest.dropped.items()):
+        _out.print(f"dropped {n} ({reason})", highlight=False)
     _out.print(f"manifest: {manifest.manifest_path}", highlight=False)
+
+
+@app.command()
+def score(
+    retrain: bool = typer.Option(False, "--retrain", help="Refit the quality model and clusters, then rescore every row."),
+    clusters: int = typer.Option(_defaults.CLUSTERS, "--clusters", min=1, help="Diversity clusters when (re)fitting."),
+    db: str | None = typer.Option(None, "--db", help=_DB_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Score trajectories: learned quality for rows without one, diversity clusters, final scores."""
+    from ._curate import score as run_score
+
+    settings = _settings(db)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=_err, transient=True,
+                  disable=as_json) as bar:
+        bar_task = bar.add_task("fitting" if retrain else "scoring", total=None)
+        report = _guard(lambda: run_score(settings.db_url, retrain=retrain, clusters=clusters,
+                                          progress=lambda n: bar.update(bar_task, description=f"scored {n} rows")))
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        return
+    if report.quality_model_id is None:
+        _out.print(f"no quality model: {report.quality_note}", highlight=False)
+    else:
+        auc = "-" if report.auc is None else f"{report.auc:.3f}"
+        _out.print(f"quality model #{report.quality_model_id}: held-out AUC {auc} ({report.n_train} train, "
+                   f"{report.n_test} held-out trajectories)" + (" (refitted)" if report.retrained else ""), highlight=False)
+        if report.quality_note:
+            _out.print(f"note: {report.quality_note}", highlight=False)
+    _out.print(f"scored {report.rows_scored} rows, clustered {report.rows_clustered} into {report.clusters} clusters",
+               highlight=False)
+    _out.print("score sources: " + ", ".join(f"{k} {v}" for k, v in report.score_sources.items()), highlight=False)
 
 
 @app.command()
@@ -129,7 +186,7 @@ def stats(
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Counts overall, per app and per served version."""
+    """Counts overall, per app and per served version; score sources and the quality model's AUC."""
     from ._db import open_store
 
     settings = _settings(db)
@@ -143,7 +200,7 @@ def stats(
 
     s = _guard(read)
     if as_json:
-        sys.stdout.write(json.dumps(s.to_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(s.to_dict(), indent=2, default=str) + "\n")
         return
 
     def fmt(x: float | None) -> str:
@@ -157,6 +214,14 @@ def stats(
         for name, g in items.items():
             table.add_row(group, name, str(g.total), str(g.with_outcome), str(g.successes), fmt(g.mean_reward))
     _out.print(table)
+    src = ", ".join(f"{k} {v}" for k, v in s.score_sources.items())
+    _out.print(f"score from: {src} (quality model applied to {s.quality_scored})", highlight=False)
+    qm = s.quality_model
+    if qm is None:
+        _out.print("quality model: none yet (run `collector score`)", highlight=False)
+    else:
+        _out.print(f"quality model #{qm['id']}: held-out AUC {fmt(qm['auc'])} ({qm['n_train']} train, {qm['n_test']} "
+                   f"held-out), {s.clusters} clusters in use", highlight=False)
 
 
 @app.command()

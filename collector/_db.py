@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from sdk._types import Feedback, IngestResult, Trajectory
 
 from . import _defaults
 from ._anonymize import anonymize_text, anonymize_trajectory
-from ._score import score_trajectory
+from ._score import SOURCES, score_sql, score_trajectory
 from .errors import ConfigError, MigrationError, StorageError, UnknownTrajectoryError
 
 _MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -57,23 +57,33 @@ class TrajectoryRow(_CollectorModel, table=True):
     """One anonymized trajectory, plus the columns that queries filter and group on."""
 
     __tablename__ = "trajectories"
+    # Export reads in (created_at, id) or (task_id, created_at, id) keyset order: these indexes make
+    # each page a range scan (they replace 0001's single-column created_at and task_id indexes).
+    __table_args__ = (
+        sa.Index("ix_trajectories_created_at_id", "created_at", "id"),
+        sa.Index("ix_trajectories_task_created_id", "task_id", "created_at", "id"),
+    )
 
     id: str = Field(sa_type=sa.String(128), primary_key=True, description="client-generated trajectory id")
     app: str = Field(sa_type=sa.String(128), index=True)
-    task_id: str = Field(sa_type=sa.String(256), index=True)
+    task_id: str = Field(sa_type=sa.String(256))
     model: str = Field(sa_type=sa.String(256))
     served_version: str | None = Field(default=None, sa_type=sa.String(256), index=True)
     success: bool | None = Field(default=None)
     reward: float | None = Field(default=None)
-    score: float | None = Field(default=None)
+    score: float | None = Field(default=None, index=True, description="final score, composed by _score.compose")
     n_messages: int
     content_hash: str = Field(sa_type=sa.String(64), index=True, description="sha256 of normalized messages")
     # Plain DateTime holding naive UTC: SQLite has no zone type, and one convention everywhere
     # keeps keyset comparisons exact on both dialects.
-    created_at: datetime = Field(sa_type=sa.DateTime(), index=True, description="ingest time, naive UTC")
+    created_at: datetime = Field(sa_type=sa.DateTime(), description="ingest time, naive UTC")
     started_at: datetime = Field(sa_type=sa.DateTime())
     finished_at: datetime = Field(sa_type=sa.DateTime())
     data: str = Field(sa_type=sa.Text, description="the full anonymized trajectory as JSON")
+    feedback_rating: float | None = Field(default=None, description="mean user rating in [-1, 1]")
+    quality: float | None = Field(default=None, description="learned P(success), by `collector score`")
+    score_source: str | None = Field(default=None, sa_type=sa.String(16), description="what decided `score`")
+    cluster: int | None = Field(default=None, index=True, description="diversity cluster, by `collector score`")
 
 
 class FeedbackRow(_CollectorModel, table=True):
@@ -87,6 +97,20 @@ class FeedbackRow(_CollectorModel, table=True):
     correction: str | None = Field(default=None, sa_type=sa.Text)
     text: str | None = Field(default=None, sa_type=sa.Text)
     created_at: datetime = Field(sa_type=sa.DateTime())
+
+
+class ScoreModelRow(_CollectorModel, table=True):
+    """A fitted quality model or clusterer, as JSON (`_quality.py`, `_cluster.py`); newest wins."""
+
+    __tablename__ = "score_models"
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(sa_type=sa.String(32), index=True, description="`quality` or `cluster`")
+    created_at: datetime = Field(sa_type=sa.DateTime())
+    auc: float | None = Field(default=None, description="held-out ROC AUC (quality models)")
+    n_train: int
+    n_test: int
+    params: str = Field(sa_type=sa.Text, description="the fitted parameters as JSON")
 
 
 #: The collector's tables (what the migrations must produce).
@@ -223,6 +247,14 @@ class CollectorStats:
     feedback: int
     by_app: dict[str, GroupStats]
     by_served_version: dict[str, GroupStats]
+    #: rows per source of their final score (`_score.compose`), `none` for unscored rows
+    score_sources: dict[str, int] = field(default_factory=dict)
+    #: rows the quality model has scored (whatever decided their final score)
+    quality_scored: int = 0
+    #: the current quality model: id, created_at, held-out AUC, train/held-out sizes
+    quality_model: dict[str, Any] | None = None
+    #: distinct diversity clusters in use
+    clusters: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what the HTTP API returns)."""
@@ -285,6 +317,7 @@ class Store:
                     "success": s.success,
                     "reward": s.reward,
                     "score": s.score,
+                    "score_source": s.source,
                     "n_messages": len(t.messages),
                     "content_hash": content_hash(t),
                     "created_at": now,
@@ -322,9 +355,44 @@ class Store:
                 trajectory_id=fb.trajectory_id, rating=fb.rating, correction=correction, text=text, created_at=utcnow()
             )
             session.add(row)
+            session.flush()
+            # The same transaction recomposes the trajectory's score with the new rating.
+            session.execute(self._recompose(TrajectoryRow.id == fb.trajectory_id, with_rating=True))
             session.commit()
             assert row.id is not None
             return row.id
+
+    def _recompose(self, where: Any, *, with_rating: bool) -> Any:
+        t = TrajectoryRow
+        values: dict[str, Any] = {}
+        rating: Any = t.feedback_rating
+        if with_rating:
+            f = FeedbackRow
+            rating = sa.select(sa.func.avg(f.rating)).where(f.trajectory_id == t.id).scalar_subquery()
+            values["feedback_rating"] = rating
+        score, source = score_sql(t.reward, rating, t.quality)
+        return sa.update(t).where(where).values(score=score, score_source=source, **values)
+
+    def recompose_scores(self) -> int:
+        """Recompute every row's `feedback_rating`, `score` and `score_source` (one UPDATE); returns rows touched."""
+        with self.engine.begin() as conn:
+            return int(conn.execute(self._recompose(sa.true(), with_rating=True)).rowcount or 0)
+
+    def save_score_model(self, kind: str, params: dict[str, Any], *, auc: float | None, n_train: int, n_test: int) -> int:
+        """Store a fitted model's parameters (JSON); the newest of each `kind` is the current one."""
+        with Session(self.engine) as session:
+            row = ScoreModelRow(kind=kind, created_at=utcnow(), auc=auc, n_train=n_train, n_test=n_test,
+                                params=json.dumps(params, separators=(",", ":")))
+            session.add(row)
+            session.commit()
+            assert row.id is not None
+            return row.id
+
+    def score_model(self, kind: str) -> ScoreModelRow | None:
+        """The newest stored model of `kind` (`quality` or `cluster`), or None."""
+        with Session(self.engine) as session:
+            q = select(ScoreModelRow).where(ScoreModelRow.kind == kind).order_by(ScoreModelRow.id.desc()).limit(1)  # type: ignore[union-attr]
+            return session.exec(q).first()
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -368,6 +436,14 @@ class Store:
             by_app = {str(r[0]): g(r[1:]) for r in self._group(session, TrajectoryRow.app)}
             by_ver = {str(r[0]) if r[0] is not None else "unknown": g(r[1:]) for r in self._group(session, TrajectoryRow.served_version)}
             n_fb = int(session.exec(select(sa.func.count()).select_from(FeedbackRow)).one())
+            t = TrajectoryRow
+            by_src = dict(session.execute(sa.select(t.score_source, sa.func.count()).group_by(t.score_source)).all())
+            sources = {k: int(by_src.get(k, 0)) for k in SOURCES} | {"none": int(by_src.get(None, 0))}
+            n_quality = int(session.execute(sa.select(sa.func.count(t.quality))).scalar_one())
+            n_clusters = int(session.execute(sa.select(sa.func.count(sa.distinct(t.cluster)))).scalar_one())
+        qm = self.score_model("quality")
+        quality_model = None if qm is None else {
+            "id": qm.id, "created_at": qm.created_at.isoformat(), "auc": qm.auc, "n_train": qm.n_train, "n_test": qm.n_test}
         return CollectorStats(
             total=total.total,
             with_outcome=total.with_outcome,
@@ -376,6 +452,10 @@ class Store:
             feedback=n_fb,
             by_app=by_app,
             by_served_version=by_ver,
+            score_sources=sources,
+            quality_scored=n_quality,
+            quality_model=quality_model,
+            clusters=n_clusters,
         )
 
     def iter_rows(

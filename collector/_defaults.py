@@ -37,4 +37,33 @@ EXPORT_BATCH_SIZE = 500
 
 #: Export formats known to the collector, and the ones implemented so far.
 EXPORT_FORMATS = ("sft", "dpo", "grpo")
-EXPORT_FORMATS_SUPPORTED = ("sft",)
+EXPORT_FORMATS_SUPPORTED = ("sft", "dpo", "grpo")
+
+#: Near-duplicate detection (`_dedup.py`): MinHash permutations, LSH bands (rows = perms / bands)
+#: and word-shingle length. 16 bands of 8 put the 50% detection point near Jaccard 0.7.
+MINHASH_PERMS = 128
+MINHASH_BANDS = 16
+MINHASH_SHINGLE = 5
+
+#: Decontamination: word n-gram length compared against the eval file (GPT-3's choice).
+DECONTAM_NGRAM = 13
+#: Eval texts shorter than the n-gram count whole, from this many words (shorter ones match anything).
+DECONTAM_MIN_WORDS = 8
+
+#: DPO/GRPO read each task's trajectories as one group, at most this many at a time (bounds memory
+#: whatever a task's size; a bigger task is processed in consecutive chunks of this size).
+MAX_GROUP = 256
+
+#: Quality model (`_quality.py`): share of tasks held out for its AUC, the fewest labeled
+#: trajectories (with both outcomes) worth fitting on, and the most recent ones it trains on.
+QUALITY_HOLDOUT = 0.2
+QUALITY_MIN_LABELED = 20
+QUALITY_MAX_TRAIN = 20_000
+
+#: Diversity clusters (`_cluster.py`): k, the most rows sampled to fit them, hashed text features.
+CLUSTERS = 16
+CLUSTER_FIT_ROWS = 20_000
+CLUSTER_FEATURES = 2**12
+
+#: Rows rescored per transaction by `collector score`.
+SCORE_BATCH_SIZE = 1000
