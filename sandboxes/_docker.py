@@ -240,7 +240,7 @@ class DockerSandbox(Sandbox):
             ) from e
         self.start_s = time.monotonic() - t0
 
-    def _drop_container(self) -> None:
+    def _close_stream(self) -> None:
         for closable in (self._conn, self._sock):
             try:
                 if closable is not None:
@@ -248,6 +248,9 @@ class DockerSandbox(Sandbox):
             except OSError:
                 pass
         self._conn = self._sock = None
+
+    def _drop_container(self) -> None:
+        self._close_stream()
         _remove_container(self._api, self._holder)
 
     def _replace(self) -> None:
@@ -275,12 +278,7 @@ class DockerSandbox(Sandbox):
         return bool(state.get("Running")) and not state.get("Paused") and not state.get("Restarting")
 
     def _close(self) -> None:
-        for closable in (self._conn, self._sock):
-            try:
-                if closable is not None:
-                    closable.close()
-            except OSError:
-                pass
+        self._close_stream()
         self._finalizer()  # removes the container exactly once
         if self._owns_client:
             self._client.close()

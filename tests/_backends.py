@@ -16,3 +16,21 @@ def _docker_reason() -> str | None:
 DOCKER_SKIP = _docker_reason()
 needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker sandbox: {DOCKER_SKIP}")
 BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, needs_docker])]
+
+
+def sandbox_processes(sb, marker: str) -> list[str]:  # noqa: ANN001 - any Sandbox
+    """`"STATE CMDLINE"` of every process the sandbox can see (its pid namespace) whose command
+    line contains `marker`; the listing script itself is left out."""
+    code = (
+        "import os  # ll-proc-list\n"
+        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        cmd = open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode()\n"
+        "        state = open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    print(state, cmd)\n"
+    )
+    r = sb.run_python(code)
+    assert r.ok, r
+    return [line for line in r.stdout.splitlines() if marker in line and "ll-proc-list" not in line]

@@ -21,7 +21,7 @@ import pytest
 
 from sandboxes import SandboxConfig, SandboxFileError, SandboxPool, make_pool
 from sandboxes._local import local_isolation
-from _backends import BACKENDS
+from _backends import BACKENDS, sandbox_processes
 
 CFG = SandboxConfig(timeout_s=10, output_limit_bytes=64 * 1024, memory_mb=256, pids=64, workdir_mb=32)
 CANARY = "looplift-canary-4f1d9a"  # a host secret that must not be visible inside
@@ -61,23 +61,6 @@ def _xfail_local(request: pytest.FixtureRequest, pool: SandboxPool, reason: str,
             pytest.xfail(f"local backend cannot contain this: {reason} (not run: it would damage the host)")
 
 
-def _processes(sb, marker: str) -> list[str]:  # noqa: ANN001
-    """Command lines containing `marker` that the sandbox can see (its own pid namespace)."""
-    code = (
-        "import os\n"
-        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
-        "    try:\n"
-        "        cmd = open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode()\n"
-        "        state = open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0]\n"
-        "    except OSError:\n"
-        "        continue\n"
-        "    print(state, cmd)\n"
-    )
-    r = sb.run_python(code)
-    assert r.ok, r
-    return [line for line in r.stdout.splitlines() if marker in line and "import os" not in line]
-
-
 # -- resources ------------------------------------------------------------------------------------
 
 
@@ -86,7 +69,7 @@ def test_fork_bomb(pool: SandboxPool) -> None:
         r = sb.run_python("import os  # bomb-4f1d\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
                           "        pass\n", timeout=3)
         assert r.timed_out and not r.ok and r.exit_code is None
-        assert len(_processes(sb, "bomb-4f1d")) == 0  # nothing of the bomb survives its exec
+        assert len(sandbox_processes(sb, "bomb-4f1d")) == 0  # nothing of the bomb survives its exec
     _next_ok(pool)
 
 
@@ -197,7 +180,7 @@ def test_orphans_and_zombies_do_not_outlive_the_exec(pool: SandboxPool) -> None:
         t0 = time.monotonic()
         r = sb.run_python(code, timeout=10)
         assert r.ok and r.stdout == "spawned\n" and time.monotonic() - t0 < 5  # did not wait for the daemons
-        left = _processes(sb, "")
+        left = sandbox_processes(sb, "")
         assert not [p for p in left if "424" in p], left
         assert not [p for p in left if p.startswith("Z")], left
     _next_ok(pool)
@@ -207,7 +190,7 @@ def test_timed_out_exec_leaves_no_process(pool: SandboxPool) -> None:
     with pool.acquire(timeout=60) as sb:
         r = sb.exec(["sh", "-c", "sleep 4244 & sleep 4245 & setsid sleep 4246 & wait"], timeout=1)
         assert r.timed_out
-        assert _processes(sb, "sleep 424") == []
+        assert sandbox_processes(sb, "sleep 424") == []
     _next_ok(pool)
 
 

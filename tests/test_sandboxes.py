@@ -32,7 +32,7 @@ from sandboxes import (
 )
 from sandboxes._cli import app
 from sandboxes._local import local_isolation
-from _backends import BACKENDS, needs_docker
+from _backends import BACKENDS, needs_docker, sandbox_processes
 
 FAST = SandboxConfig(timeout_s=10, output_limit_bytes=4096)
 
@@ -97,15 +97,7 @@ def _procs_with(sb_or_none, marker: str) -> list[str]:
             if marker in cmd:
                 found.append(cmd)
         return found
-    code = (
-        "import os\n"
-        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
-        "    try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode())\n"
-        "    except OSError: pass\n"
-    )
-    r = sb_or_none.run_python(code)
-    assert r.ok, r
-    return [line for line in r.stdout.splitlines() if marker in line and "import os" not in line]
+    return [line.split(" ", 1)[1] for line in sandbox_processes(sb_or_none, marker)]
 
 
 def test_echo(sb) -> None:
