@@ -7,8 +7,10 @@ dialect name. The schema is created and changed only by the Alembic migrations s
 `collector/migrations`; `open_store` runs `upgrade head` (a no-op when already current).
 
 `Store.add_trajectories` anonymizes before it writes, so no caller can store raw text by going
-around the HTTP API. Deliberately not here: dedup, diversity and curation (they read what this
-stores), and any raw SQL string.
+around the HTTP API, and commits each batch in one transaction before it returns. `Store.purge`
+is retention and per-user deletion (by ingest age and/or a metadata key), in short batches.
+Deliberately not here: dedup, diversity and curation (they read what this stores), and raw SQL
+beyond SQLite's PRAGMAs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -92,9 +94,6 @@ class FeedbackRow(_CollectorModel, table=True):
 #: The collector's tables (what the migrations must produce).
 metadata = _CollectorModel.metadata
 
-_WS = re.compile(r"\s+")
-
-
 def content_hash(traj: Trajectory) -> str:
     """sha256 of the messages with whitespace collapsed and tool-call ids dropped.
 
@@ -102,9 +101,11 @@ def content_hash(traj: Trajectory) -> str:
     """
     norm = []
     for m in traj.messages:
-        d: dict[str, Any] = {"role": m.role, "content": _WS.sub(" ", m.content).strip() if m.content else None}
+        # " ".join(s.split()) is exactly `\s+` -> " " then strip (both split on str.isspace), and
+        # several times faster on prose than the regex, which took a fifth of ingest time.
+        d: dict[str, Any] = {"role": m.role, "content": " ".join(m.content.split()) if m.content else None}
         if m.tool_calls:
-            d["tool_calls"] = [[tc.function.name, _WS.sub(" ", tc.function.arguments).strip()] for tc in m.tool_calls]
+            d["tool_calls"] = [[tc.function.name, " ".join(tc.function.arguments.split())] for tc in m.tool_calls]
         if m.name:
             d["name"] = m.name
         norm.append(d)
@@ -231,6 +232,67 @@ class CollectorStats:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class PurgeResult:
+    """What `Store.purge` deleted, or with `dry_run` would delete."""
+
+    trajectories: int
+    feedback: int
+    dry_run: bool
+    before: datetime | None
+    where: dict[str, str]
+    #: SQLite only: the write-ahead log was checkpointed and truncated afterwards, so no copy of a
+    #: deleted page is left in the -wal file (False when a reader kept it busy; None elsewhere).
+    wal_truncated: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (`collector purge --json`)."""
+        return {
+            "trajectories": self.trajectories,
+            "feedback": self.feedback,
+            "dry_run": self.dry_run,
+            "before": self.before.isoformat() if self.before else None,
+            "where": dict(self.where),
+            "wal_truncated": self.wal_truncated,
+        }
+
+
+#: What the anonymizer puts in place of a value (`<EMAIL_1>`): shared by every trajectory.
+_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*_\d+>")
+
+
+def check_metadata_match(key: str, value: str) -> None:
+    """Refuse a `purge --where KEY=VALUE` that cannot select one user's data, saying why.
+
+    Stored metadata went through the anonymizer, so matching is against the stored value. A value
+    the anonymizer would replace (an email, a phone number ...) is stored only as a placeholder
+    such as `<EMAIL_1>`, which every trajectory with an email shares: it can neither find this
+    user's rows nor tell them from anyone else's. Same for a key it would rewrite.
+
+    Raises:
+        ConfigError: the key or value is empty, holds a `"`, is personal data, or is a placeholder.
+    """
+    if not key or not value:
+        raise ConfigError(f"--where needs KEY=VALUE with both parts non-empty, got {key!r}={value!r}")
+    if '"' in key or any(ord(c) < 32 for c in key):
+        raise ConfigError(f"metadata key {key!r} must not contain quotes or control characters")
+    for what, text in (("key", key), ("value", value)):
+        if _PLACEHOLDER.search(text):
+            raise ConfigError(
+                f"metadata {what} {text!r} is an anonymizer placeholder: every trajectory whose {what} was "
+                "personal data stores the same placeholder, so it cannot select one user's data"
+            )
+        anonymized, found = anonymize_text(text)
+        if anonymized != text:
+            kinds = ", ".join(sorted({e.kind for e in found}))
+            raise ConfigError(
+                f"metadata {what} {text!r} looks like personal data ({kinds}): the anonymizer replaced it by a "
+                f"placeholder such as {found[0].placeholder} before storage, so no stored row holds it and it cannot "
+                "select one user's data. Tag trajectories with a non-personal user key (e.g. metadata user_id=u-42, "
+                "an internal id) and purge by that"
+            )
+
+
 class Store:
     """The collector's database: idempotent ingest, feedback, stats, and ordered reads.
 
@@ -264,46 +326,63 @@ class Store:
         """Anonymize, score and store `trajectories` in one transaction, idempotently by id.
 
         Ids already stored (or repeated within the batch) count as duplicates and are not
-        rewritten. `anonymize=False` is only for data that was anonymized already.
+        rewritten: within a batch the first occurrence wins. Ids already stored are looked up
+        first and skip the anonymizer (a client retrying a batch costs one indexed read). The
+        whole batch commits in one transaction before this returns, so a caller that got the
+        result back (an HTTP 200) holds a durable acknowledgement, and a crash before the commit
+        leaves none of the batch behind. `anonymize=False` is only for data that was anonymized
+        already.
 
         Returns:
             `IngestResult` with `ids` listing every id of the batch, in order (all are now stored).
         """
-        now = utcnow()
-        rows = []
-        for t in trajectories:
-            if anonymize:
-                t = anonymize_trajectory(t)
-            s = score_trajectory(t)
-            rows.append(
-                {
-                    "id": t.id,
-                    "app": t.app,
-                    "task_id": t.task_id,
-                    "model": t.model,
-                    "served_version": t.served_version,
-                    "success": s.success,
-                    "reward": s.reward,
-                    "score": s.score,
-                    "n_messages": len(t.messages),
-                    "content_hash": content_hash(t),
-                    "created_at": now,
-                    "started_at": to_naive_utc(t.started_at),
-                    "finished_at": to_naive_utc(t.finished_at),
-                    "data": t.model_dump_json(),
-                }
-            )
-        if not rows:
+        ids = [t.id for t in trajectories]
+        if not ids:
             return IngestResult(accepted=0, duplicates=0, ids=[])
-        stmt = self._insert().on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
+        unique: dict[str, Trajectory] = {}
+        for t in trajectories:
+            unique.setdefault(t.id, t)
         try:
-            with self.engine.begin() as conn:
-                inserted = set(conn.execute(stmt, rows).scalars().all())
+            with self.engine.connect() as conn:
+                q = sa.select(TrajectoryRow.id).where(TrajectoryRow.id.in_(list(unique)))  # type: ignore[attr-defined]
+                stored = set(conn.execute(q).scalars())
         except sa.exc.SQLAlchemyError as e:
-            raise StorageError(f"could not store {len(rows)} trajectories: {_short(e)}") from e
-        return IngestResult(
-            accepted=len(inserted), duplicates=len(rows) - len(inserted), ids=[r["id"] for r in rows]
-        )
+            raise StorageError(f"could not store {len(ids)} trajectories: {_short(e)}") from e
+        now = utcnow()
+        rows = [self._row(t, now, anonymize) for tid, t in unique.items() if tid not in stored]
+        inserted: set[str] = set()
+        if rows:
+            # One multi-row INSERT .. ON CONFLICT DO NOTHING .. RETURNING (SQLAlchemy's
+            # insertmanyvalues); a concurrent request that stored an id in between is a duplicate.
+            stmt = self._insert().on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
+            try:
+                with self.engine.begin() as conn:
+                    inserted = set(conn.execute(stmt, rows).scalars().all())
+            except sa.exc.SQLAlchemyError as e:
+                raise StorageError(f"could not store {len(ids)} trajectories: {_short(e)}") from e
+        return IngestResult(accepted=len(inserted), duplicates=len(ids) - len(inserted), ids=ids)
+
+    @staticmethod
+    def _row(t: Trajectory, now: datetime, anonymize: bool) -> dict[str, Any]:
+        if anonymize:
+            t = anonymize_trajectory(t)
+        s = score_trajectory(t)
+        return {
+            "id": t.id,
+            "app": t.app,
+            "task_id": t.task_id,
+            "model": t.model,
+            "served_version": t.served_version,
+            "success": s.success,
+            "reward": s.reward,
+            "score": s.score,
+            "n_messages": len(t.messages),
+            "content_hash": content_hash(t),
+            "created_at": now,
+            "started_at": to_naive_utc(t.started_at),
+            "finished_at": to_naive_utc(t.finished_at),
+            "data": t.model_dump_json(),
+        }
 
     def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> int:
         """Store feedback for a stored trajectory; returns the feedback row id.
@@ -325,6 +404,140 @@ class Store:
             session.commit()
             assert row.id is not None
             return row.id
+
+    # -- deletes ---------------------------------------------------------------------------
+
+    def _metadata_text(self, key: str) -> Any:
+        """SQL for `metadata[key]` of the stored JSON as text (numbers as their digits), or NULL.
+
+        The `data` column is JSON text on both dialects, so this parses each row's JSON: a full
+        scan whose cost grows with the table (measured: ~0.5-2 s per 100k rows of 4 KB on SQLite,
+        ~5-7 s on Postgres, where the JSON is TOASTed). An index would need a migration: an
+        expression index on one key, or a user-key column filled at ingest.
+        """
+        t = TrajectoryRow
+        if self.dialect == "postgresql":
+            doc = sa.cast(t.data, sa.JSON)  # json, not jsonb: measured no slower, and no binary copy built
+            return doc.op("->", return_type=sa.JSON)("metadata").op("->>", return_type=sa.Text)(sa.literal(key))
+        path = '$.metadata."' + key + '"'  # check_metadata_match rejected keys with quotes
+        return sa.cast(sa.func.json_extract(t.data, path), sa.Text)
+
+    def _purge_condition(self, before: datetime | None, where: Mapping[str, str]) -> Any:
+        t = TrajectoryRow
+        conds = []
+        if before is not None:
+            conds.append(t.created_at < to_naive_utc(before))
+        for key, value in where.items():
+            check_metadata_match(key, value)
+            conds.append(self._metadata_text(key) == value)
+        if not conds:
+            raise ConfigError("purge needs a cutoff (--older-than) or a metadata match (--where KEY=VALUE); "
+                              "refusing to delete everything")
+        return sa.and_(*conds)
+
+    def purge(
+        self,
+        *,
+        before: datetime | None = None,
+        where: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+        batch_size: int = _defaults.PURGE_BATCH_SIZE,
+    ) -> PurgeResult:
+        """Delete the trajectories ingested before `before` and/or whose metadata matches `where`,
+        with their feedback.
+
+        Conditions combine with AND. `where` maps metadata keys to values compared with the stored
+        (anonymized) metadata as text; see `check_metadata_match` for values that are refused.
+        Deletes run in transactions of `batch_size` trajectories, each removing the trajectories
+        and their feedback together, so ingest waits at most one short transaction for the SQLite
+        write lock. On SQLite `secure_delete` zeroes the freed pages and the write-ahead log is
+        truncated afterwards, so the deleted text is gone from the database files; on Postgres
+        the rows stay in the table's storage until VACUUM reuses it (and in any backups).
+
+        Args:
+            before: delete trajectories ingested strictly before this (naive = UTC).
+            where: delete trajectories with `metadata[KEY] == VALUE` for every item.
+            dry_run: count what would be deleted, delete nothing.
+
+        Raises:
+            ConfigError: no condition, or a `where` item that cannot select one user's data.
+            StorageError: the database failed (deletions committed so far stay deleted).
+        """
+        where = dict(where or {})
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        cond = self._purge_condition(before, where)
+        t, f = TrajectoryRow, FeedbackRow
+        cutoff = to_naive_utc(before) if before is not None else None
+        try:
+            if dry_run:
+                with self.engine.connect() as conn:
+                    n_t = conn.execute(sa.select(sa.func.count()).select_from(t).where(cond)).scalar_one()
+                    matching = sa.select(t.id).where(cond)
+                    n_f = conn.execute(
+                        sa.select(sa.func.count()).select_from(f).where(f.trajectory_id.in_(matching))  # type: ignore[attr-defined]
+                    ).scalar_one()
+                return PurgeResult(int(n_t), int(n_f), True, cutoff, where)
+            return self._purge_batches(cond, cutoff, where, batch_size)
+        except sa.exc.SQLAlchemyError as e:
+            raise StorageError(f"purge failed: {_short(e)}") from e
+
+    def _matching_ids(self, cond: Any, batch_size: int) -> Iterator[list[str]]:
+        """The ids matching `cond`, `batch_size` at a time, in one pass over the table.
+
+        SQLite: keyset pages in primary-key order, each its own short read, so no reader pins the
+        write-ahead log while the deletes run (it would grow by every deleted page). Postgres: one
+        server-side cursor over a sequential scan (an ordered scan would fetch every row through
+        the index, twice as slow here on TOASTed JSON); MVCC lets it read while rows are deleted.
+        Rows are never updated, so an id read once stays a valid target either way.
+        """
+        t = TrajectoryRow
+        if self.dialect == "postgresql":
+            with self.engine.connect() as reader:
+                result = reader.execution_options(stream_results=True, yield_per=batch_size).execute(sa.select(t.id).where(cond))
+                for part in result.partitions(batch_size):
+                    yield [row[0] for row in part]
+            return
+        last = ""
+        while True:
+            with self.engine.connect() as reader:
+                ids = list(reader.execute(sa.select(t.id).where(cond, t.id > last).order_by(t.id).limit(batch_size)).scalars())
+            if ids:
+                yield ids
+            if len(ids) < batch_size:
+                return
+            last = ids[-1]
+
+    def _purge_batches(self, cond: Any, cutoff: datetime | None, where: dict[str, str], batch_size: int) -> PurgeResult:
+        t, f = TrajectoryRow, FeedbackRow
+        sqlite = self.dialect == "sqlite"
+        n_t = n_f = 0
+        with self.engine.connect() as writer:
+            if sqlite:
+                writer.exec_driver_sql("PRAGMA secure_delete=ON")  # this connection zeroes what it frees
+                writer.commit()
+            try:
+                for ids in self._matching_ids(cond, batch_size):
+                    # A trajectory and its feedback go together, in one short transaction.
+                    with writer.begin():
+                        n_f += writer.execute(sa.delete(f).where(f.trajectory_id.in_(ids))).rowcount  # type: ignore[attr-defined]
+                        n_t += writer.execute(sa.delete(t).where(t.id.in_(ids))).rowcount  # type: ignore[attr-defined]
+            finally:
+                if sqlite:
+                    writer.rollback()
+                    writer.exec_driver_sql("PRAGMA secure_delete=OFF")
+                    writer.commit()
+        wal_truncated = self._truncate_wal() if sqlite and n_t else None
+        return PurgeResult(n_t, n_f, False, cutoff, where, wal_truncated)
+
+    def _truncate_wal(self) -> bool:
+        """Checkpoint the WAL into the database file and truncate it (old page images of deleted
+        rows would otherwise linger in the -wal file until overwritten)."""
+        with self.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            busy, _log, _done = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return busy == 0
 
     # -- reads -----------------------------------------------------------------------------
 
