@@ -20,7 +20,9 @@ One run, on this machine, everything generated in the same run from a seeded Fak
 5. Memory: the export again, in a fresh subprocess per table size (the ingested rows copied with
    new ids up to each size), reporting the process's peak RSS: flat memory means the same peak
    at 20k and 100k rows.
-6. Where ingest time goes: the server's per-batch work (parse + `Store.add_trajectories`) run in
+6. Per-user deletion: `Store.purge(where={"user_id": ...})` on the largest table (a scan of every
+   row's JSON, no index), timed.
+7. Where ingest time goes: the server's per-batch work (parse + `Store.add_trajectories`) run in
    this process under cProfile, reporting the anonymizer's share.
 
 Targets (issue 4): ingest >= 1,000 trajectories/s, export >= 5,000 trajectories/s. Needs the
@@ -230,19 +232,17 @@ def http_ingest(tmp: Path, name: str, bodies: list[bytes], warmup: bytes, client
 
 
 def grow_table(db_path: Path, rows: int) -> None:
-    """Copy the stored rows under new ids (and the id inside `data`) until the table holds `rows`."""
+    """Copy the ingested rows under new ids (and the id inside `data`) until the table holds `rows`."""
     conn = sqlite3.connect(db_path, isolation_level=None)
+    originals = conn.execute("SELECT count(*) FROM trajectories WHERE id NOT LIKE '%-c%'").fetchone()[0]
     have = conn.execute("SELECT count(*) FROM trajectories").fetchone()[0]
-    base = have
-    k = 0
     cols = "app, task_id, model, served_version, success, reward, score, n_messages, content_hash, created_at, started_at, finished_at"
     while have < rows:
-        k += 1
-        take = min(base, rows - have)
+        take, tag = min(originals, rows - have), f"-c{have}"  # `have` grows: every tag is new
         conn.execute("BEGIN")
         conn.execute(
-            f"INSERT INTO trajectories (id, {cols}, data) SELECT id || '-c{k}', {cols}, "
-            f"replace(data, '\"id\":\"' || id || '\"', '\"id\":\"' || id || '-c{k}\"') "
+            f"INSERT INTO trajectories (id, {cols}, data) SELECT id || '{tag}', {cols}, "
+            f"replace(data, '\"id\":\"' || id || '\"', '\"id\":\"' || id || '{tag}\"') "
             f"FROM trajectories WHERE id NOT LIKE '%-c%' ORDER BY id LIMIT {take}"
         )
         conn.execute("COMMIT")
@@ -409,6 +409,16 @@ def main(argv: list[str] | None = None) -> int:
             rss.append(r)
         results["export_memory"] = rss
 
+        # Per-user deletion scans every row's JSON: its cost on the largest table measured.
+        store = open_store(db_url)
+        rows_now = store.count()
+        user = trajs[0].metadata["user_id"]
+        t0 = time.perf_counter()
+        purged = store.purge(where={"user_id": user})
+        results["purge_where"] = {"table_rows": rows_now, "deleted": purged.trajectories,
+                                  "seconds": time.perf_counter() - t0}
+        store.close()
+
         if args.profile_n:
             results["profile"] = profile_ingest(tmp, bodies[: max(1, args.profile_n // args.batch)])
 
@@ -435,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     if rss:
         print_table("Export memory (fresh process per size)", ("table rows", "exported/s", "RSS before MiB", "peak RSS MiB"),
                     [(f"{r['table_rows']:,}", f"{r['per_s']:,.0f}", f"{r['rss_before_mib']:.0f}", f"{r['peak_rss_mib']:.0f}") for r in rss])
+    pw = results["purge_where"]
+    print(f"purge --where user_id=...: {pw['deleted']} of {pw['table_rows']:,} rows deleted in {pw['seconds']:.2f} s "
+          f"(a scan of every row's JSON)")
     if "profile" in results:
         p = results["profile"]
         print_table(f"Where ingest time goes (in-process, cProfile, {p['trajectories']} trajectories; HTTP not included)",

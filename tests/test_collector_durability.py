@@ -5,7 +5,8 @@ The server is a subprocess on 127.0.0.1 (a free port), its database SQLite in tm
 private Postgres schema (see `_dbs.py`). Client threads post batches and record which got a 200.
 Each of two rounds SIGKILLs the server at a different moment: right after an acknowledgement
 arrives (catches a 200 sent before the commit), then after a random delay while requests are being
-processed (catches a half-written batch). The server is restarted on the same database between
+processed, or earlier, the instant a watcher polling the database sees any batch in part (which
+makes a non-atomic ingest fail every time rather than by luck). The server is restarted on the same database between
 rounds, which also exercises SQLite's WAL recovery and the migration-at-open path.
 """
 
@@ -89,12 +90,33 @@ class Server:
         assert self.proc.returncode == -signal.SIGKILL
 
 
+def watch_for_partial_batches(db_url: str, server: Server) -> None:
+    """Poll the database from outside while the server runs; the moment any batch is visible in
+    part, SIGKILL the server: the worst moment for a non-atomic ingest, and a deterministic one."""
+    engine = sa.create_engine(db_url)
+    prefix = sa.func.substr(TrajectoryRow.id, 1, 4)
+    q = sa.select(prefix, sa.func.count()).group_by(prefix)
+    try:
+        while server.proc.poll() is None:
+            with engine.connect() as conn:
+                counts = conn.execute(q).all()
+            if any(n != BATCH for _, n in counts):
+                server.kill9()
+                return
+            time.sleep(0.002)
+    except sa.exc.OperationalError:  # the database went away with the server (Postgres)
+        pass
+    finally:
+        engine.dispose()
+
+
 def send_until_killed(server: Server, todo: list[int], bodies: dict[int, bytes], kill_on_ack: int | None,
-                      kill_after_s: float | None, clients: int = 3) -> tuple[set[int], int]:
+                      kill_after_s: float | None, db_url: str, clients: int = 3) -> tuple[set[int], int]:
     """Post batches from `todo` with `clients` threads until the server dies; returns the
     acknowledged batch numbers and how many requests failed in flight."""
     acked: set[int] = set()
     failed = [0]
+    errors: list[str] = []
     lock = threading.Lock()
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
 
@@ -111,22 +133,28 @@ def send_until_killed(server: Server, todo: list[int], bodies: dict[int, bytes],
                     with lock:
                         failed[0] += 1
                     return
-                assert r.status_code == 200, r.text
-                assert r.json()["ids"] == [f"k{k:03d}-{j:02d}" for j in range(BATCH)]
                 with lock:
+                    if r.status_code != 200 or r.json()["ids"] != [f"k{k:03d}-{j:02d}" for j in range(BATCH)]:
+                        errors.append(f"batch {k}: {r.status_code} {r.text[:300]}")
+                        return
                     acked.add(k)
                     if kill_on_ack is not None and len(acked) >= kill_on_ack:
                         server.kill9()  # the instant the 200 arrived: was it committed?
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
+    if kill_after_s is not None:
+        threads.append(threading.Thread(target=watch_for_partial_batches, args=(db_url, server)))
     for t in threads:
         t.start()
     if kill_after_s is not None:
-        time.sleep(kill_after_s)
+        deadline = time.monotonic() + kill_after_s
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         server.kill9()
     for t in threads:
         t.join(60)
     server.proc.wait(30)  # whichever way it died
+    assert not errors, errors
     return acked, failed[0]
 
 
@@ -171,7 +199,7 @@ def test_kill_9_during_ingest_loses_no_acknowledged_trajectory(
         server = Server(db_url, log)
         servers.append(server)
         before = set(todo)
-        got, failed = send_until_killed(server, todo, bodies, kill_on_ack, kill_after)
+        got, failed = send_until_killed(server, todo, bodies, kill_on_ack, kill_after, db_url)
         sent |= before - set(todo)
         acked |= got
         in_flight_failures += failed
