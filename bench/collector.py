@@ -115,8 +115,9 @@ _RAW_DDL = """CREATE TABLE raw (id TEXT PRIMARY KEY, app TEXT, task_id TEXT, mod
     started_at TEXT, finished_at TEXT, data TEXT)"""
 
 
-def raw_insert(path: Path, trajs: list[Trajectory], batch: int) -> float:
-    """Seconds to executemany the same JSON rows, one transaction per batch; rows serialized first."""
+def raw_insert(path: Path, trajs: list[Trajectory], batch: int) -> tuple[float, float]:
+    """Wall and CPU seconds to executemany the same JSON rows, one transaction per batch (rows
+    serialized beforehand)."""
     rows = [
         (t.id, t.app, t.task_id, t.model, t.served_version, None, None, None, len(t.messages), "", "", "", "", t.model_dump_json())
         for t in trajs
@@ -125,27 +126,28 @@ def raw_insert(path: Path, trajs: list[Trajectory], batch: int) -> float:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(_RAW_DDL)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, len(rows), batch):
         conn.execute("BEGIN")
         conn.executemany("INSERT INTO raw VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows[i : i + batch])
         conn.execute("COMMIT")
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     conn.close()
-    return dt
+    return dt, cpu
 
 
-def raw_export(db_path: Path, out: Path) -> float:
-    """Seconds to read every stored row's JSON and write it as a line (no parsing, no reshaping)."""
+def raw_export(db_path: Path, out: Path) -> tuple[float, float]:
+    """Wall and CPU seconds to read every stored row's JSON and write it as a line (no parsing,
+    no reshaping)."""
     conn = sqlite3.connect(db_path)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with out.open("w", encoding="utf-8") as fh:
         for (data,) in conn.execute("SELECT data FROM trajectories ORDER BY created_at, id"):
             fh.write(data)
             fh.write("\n")
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     conn.close()
-    return dt
+    return dt, cpu
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,16 +217,33 @@ def post_all(url: str, bodies: list[bytes], clients: int) -> float:
     return dt
 
 
-def http_ingest(tmp: Path, name: str, bodies: list[bytes], warmup: bytes, clients: int, workers: int = 1) -> tuple[float, str]:
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` and its children so far (Linux /proc), or None."""
+    total = 0.0
+    try:
+        pids = [pid] + [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        for p in pids:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def http_ingest(tmp: Path, name: str, bodies: list[bytes], warmup: bytes, clients: int,
+                workers: int = 1) -> tuple[float, float | None, str]:
+    """Wall seconds and server CPU seconds to ingest `bodies`, and the database URL."""
     db_url = f"sqlite:///{tmp / name}"
     proc, url = start_server(db_url, tmp / f"{name}.log", workers)
     try:
         post_all(url, [warmup], 1)  # first request pays imports, JIT-ish caches, connection setup
+        cpu0 = cpu_seconds(proc.pid)
         dt = post_all(url, bodies, clients)
+        cpu1 = cpu_seconds(proc.pid)
     finally:
         proc.terminate()
         proc.wait(30)
-    return dt, db_url
+    return dt, (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None, db_url
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +335,15 @@ def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
 
 
+def cpu_summary(n: int, cpu: list[float | None]) -> dict[str, Any]:
+    """Per-core capacity: items per CPU-second of the process doing the work (median of runs).
+    Unlike wall-clock throughput this barely moves when other processes share the machine."""
+    known = [c for c in cpu if c]
+    if not known:
+        return {"cpu_seconds": None, "per_cpu_s": None}
+    return {"cpu_seconds": sorted(known), "per_cpu_s": statistics.median(n / c for c in known)}
+
+
 def summary(n: int, runs: list[float]) -> dict[str, Any]:
     """Median and best throughput of repeated runs over `n` items."""
     rates = sorted(rate(n, s) for s in runs)
@@ -332,7 +360,7 @@ def print_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]
             table.add_column(h, justify="left" if h == header[0] else "right")
         for row in rows:
             table.add_row(*row)
-        Console(width=max(110, Console().width)).print(table)
+        Console(width=max(130, Console().width)).print(table)
     except ImportError:
         print(title)
         for row in (header, *rows):
@@ -366,10 +394,11 @@ def main(argv: list[str] | None = None) -> int:
         # Each measurement is repeated into a fresh database (and a fresh server for ingest);
         # the median is the headline, since other processes on a small machine add noise.
         raw_runs = [raw_insert(tmp / f"raw{i}.db", trajs, args.batch) for i in range(args.repeat)]
-        ingest_runs, urls = [], []
+        ingest_runs, ingest_cpu, urls = [], [], []
         for i in range(args.repeat):
-            secs, url = http_ingest(tmp, f"collector{i}.db", bodies, warmup, args.clients)
+            secs, cpu, url = http_ingest(tmp, f"collector{i}.db", bodies, warmup, args.clients)
             ingest_runs.append(secs)
+            ingest_cpu.append(cpu)
             urls.append(url)
         db_url = urls[0]  # the export and memory runs read this one
         db_path = Path(db_url.removeprefix("sqlite:///"))
@@ -378,26 +407,29 @@ def main(argv: list[str] | None = None) -> int:
             leaked = conn.execute("SELECT count(*) FROM trajectories WHERE data LIKE '%@example.%'").fetchone()[0]
         if stored != args.n + args.batch:
             raise RuntimeError(f"expected {args.n + args.batch} stored trajectories, found {stored}")
-        results["ingest"] = {**summary(args.n, ingest_runs), "stored": stored, "rows_still_holding_an_example_email": leaked}
-        results["raw_insert"] = summary(args.n, raw_runs)
+        results["ingest"] = {**summary(args.n, ingest_runs), **cpu_summary(args.n, ingest_cpu), "stored": stored,
+                             "rows_still_holding_an_example_email": leaked}
+        results["raw_insert"] = {**summary(args.n, [r[0] for r in raw_runs]), **cpu_summary(args.n, [r[1] for r in raw_runs])}
         if args.workers > 1:
-            w_runs = [http_ingest(tmp, f"workers{i}.db", bodies, warmup, args.clients, workers=args.workers)[0]
-                      for i in range(args.repeat)]
-            results["ingest_workers"] = {"workers": args.workers, **summary(args.n, w_runs)}
+            w = [http_ingest(tmp, f"workers{i}.db", bodies, warmup, args.clients, workers=args.workers) for i in range(args.repeat)]
+            results["ingest_workers"] = {"workers": args.workers, **summary(args.n, [r[0] for r in w]),
+                                         **cpu_summary(args.n, [r[1] for r in w])}
 
         from collector._db import open_store
         from collector._export import export
 
         store = open_store(db_url)  # opening (and the migration check) is timed in the RSS runs below
-        exp_runs, raw_exp_runs = [], []
+        exp_runs, exp_cpu, raw_exp_runs = [], [], []
         for _ in range(args.repeat):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             m = export(store, tmp / "sft.jsonl", format="sft")
             exp_runs.append(time.perf_counter() - t0)
+            exp_cpu.append(time.process_time() - c0)
             raw_exp_runs.append(raw_export(db_path, tmp / "raw.jsonl"))
         store.close()
-        results["export"] = {**summary(m.count, exp_runs), "count": m.count, "bytes": m.bytes}
-        results["raw_export"] = summary(m.count, raw_exp_runs)
+        results["export"] = {**summary(m.count, exp_runs), **cpu_summary(m.count, exp_cpu), "count": m.count, "bytes": m.bytes}
+        results["raw_export"] = {**summary(m.count, [r[0] for r in raw_exp_runs]),
+                                 **cpu_summary(m.count, [r[1] for r in raw_exp_runs])}
 
         rss = []
         for size in [int(x) for x in args.rss_sizes.split(",") if x.strip()]:
@@ -425,22 +457,23 @@ def main(argv: list[str] | None = None) -> int:
     ing, raw, exp, rexp = results["ingest"], results["raw_insert"], results["export"], results["raw_export"]
 
     def row(name: str, r: dict[str, Any], base: dict[str, Any] | None, target: float | None) -> tuple[str, ...]:
-        return (name, f"{r['per_s']:,.0f}", f"{r['best_per_s']:,.0f}",
+        core = f"{r['per_cpu_s']:,.0f}" if r.get("per_cpu_s") else "-"
+        return (name, f"{r['per_s']:,.0f}", f"{r['best_per_s']:,.0f}", core,
                 f"{r['per_s'] / base['per_s']:.3f}x" if base else "1.000x",
                 f"{target:,.0f}" if target else "-", ("yes" if r["per_s"] >= target else "NO") if target else "-")
 
-    rows = [row("raw insert (sqlite3.executemany, same JSON)", raw, None, None),
-            row("ingest over HTTP (validate, anonymize, score, store)", ing, raw, TARGET_INGEST)]
+    rows = [row("raw insert: sqlite3 executemany, same JSON", raw, None, None),
+            row("ingest: HTTP, anonymize, score, store", ing, raw, TARGET_INGEST)]
     if "ingest_workers" in results:
         w = results["ingest_workers"]
         rows.append(row(f"  same, uvicorn --workers {w['workers']}", w, raw, None))
-    rows += [row("raw export (SELECT data, write lines)", rexp, None, None),
-             row("export sft (collector._export.export)", exp, rexp, TARGET_EXPORT)]
+    rows += [row("raw export: SELECT data, write lines", rexp, None, None),
+             row("export sft: collector._export.export", exp, rexp, TARGET_EXPORT)]
     print_table(
         f"Collector benchmark: {args.n} trajectories of ~{mean_bytes:,.0f} B with PII, batches of {args.batch}, "
         f"{args.clients} client(s), SQLite; median of {args.repeat} (load average {load_before[0]:.1f} on "
         f"{os.cpu_count()} CPUs)",
-        ("path", "trajectories/s", "best", "vs raw", "target", "meets"), rows,
+        ("path", "trajectories/s", "best", "per CPU-s", "vs raw", "target", "meets"), rows,
     )
     if rss:
         print_table("Export memory (fresh process per size)", ("table rows", "exported/s", "RSS before MiB", "peak RSS MiB"),
