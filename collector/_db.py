@@ -251,7 +251,7 @@ class PurgeResult:
             "trajectories": self.trajectories,
             "feedback": self.feedback,
             "dry_run": self.dry_run,
-            "before": self.before.isoformat() if self.before else None,
+            "before": self.before.replace(tzinfo=timezone.utc).isoformat() if self.before else None,
             "where": dict(self.where),
             "wal_truncated": self.wal_truncated,
         }
