@@ -251,17 +251,23 @@ def http_ingest(tmp: Path, name: str, bodies: list[bytes], warmup: bytes, client
 
 
 def grow_table(db_path: Path, rows: int) -> None:
-    """Copy the ingested rows under new ids (and the id inside `data`) until the table holds `rows`."""
+    """Copy the ingested rows under new ids (and the id inside `data`) until the table holds `rows`.
+
+    Each round of copies is dated one day earlier, so the table looks like a real ingest history
+    (one ingest time per batch) rather than thousands of rows sharing each timestamp."""
     conn = sqlite3.connect(db_path, isolation_level=None)
     originals = conn.execute("SELECT count(*) FROM trajectories WHERE id NOT LIKE '%-c%'").fetchone()[0]
     have = conn.execute("SELECT count(*) FROM trajectories").fetchone()[0]
-    cols = "app, task_id, model, served_version, success, reward, score, n_messages, content_hash, created_at, started_at, finished_at"
+    cols = "app, task_id, model, served_version, success, reward, score, n_messages, content_hash"
+    times = "started_at, finished_at"
     while have < rows:
         take, tag = min(originals, rows - have), f"-c{have}"  # `have` grows: every tag is new
+        days = have // originals  # keeps SQLAlchemy's "YYYY-MM-DD HH:MM:SS.ffffff" text format
+        created = f"strftime('%Y-%m-%d %H:%M:%S', created_at, '-{days} days') || substr(created_at, 20)"
         conn.execute("BEGIN")
         conn.execute(
-            f"INSERT INTO trajectories (id, {cols}, data) SELECT id || '{tag}', {cols}, "
-            f"replace(data, '\"id\":\"' || id || '\"', '\"id\":\"' || id || '{tag}\"') "
+            f"INSERT INTO trajectories (id, {cols}, created_at, {times}, data) SELECT id || '{tag}', {cols}, {created}, "
+            f"{times}, replace(data, '\"id\":\"' || id || '\"', '\"id\":\"' || id || '{tag}\"') "
             f"FROM trajectories WHERE id NOT LIKE '%-c%' ORDER BY id LIMIT {take}"
         )
         conn.execute("COMMIT")

@@ -624,7 +624,12 @@ class Store:
             n = batch_size if limit is None else min(batch_size, limit - emitted)
             q = base
             if last is not None:
-                q = q.where(sa.or_(t.created_at > last[0], sa.and_(t.created_at == last[0], t.id > last[1])))
+                # `created_at >= c AND (created_at > c OR id > i)`, not the textbook
+                # `created_at > c OR (created_at = c AND id > i)`: SQLite plans the latter as a
+                # MULTI-INDEX OR plus a full sort of every remaining row (each page re-read the
+                # rest of the table: 100k rows exported at ~4k/s and falling), the former as one
+                # index range scan that stops after the page.
+                q = q.where(t.created_at >= last[0], sa.or_(t.created_at > last[0], t.id > last[1]))
             with self.engine.connect() as conn:
                 page = conn.execute(q.limit(n)).all()
             yield from ((rid, created, data) for rid, created, data in page)

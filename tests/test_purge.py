@@ -218,3 +218,26 @@ def test_cli_purge(tmp_path: Path) -> None:
         r = run(cli_app, [*args, "--db", url])
         assert r.exit_code == 2, (args, r.output)
         assert needle in r.output and "Traceback" not in r.output, (args, r.output)
+
+
+def test_sqlite_export_page_query_is_one_index_range_scan(tmp_path: Path) -> None:
+    # The keyset page after the first must not be planned as MULTI-INDEX OR + a full sort: that
+    # re-reads every remaining row per page, so export time grows with the square of the table.
+    s = open_store(f"sqlite:///{tmp_path / 'c.db'}")
+    for b in range(4):
+        s.add_trajectories([traj(b * 10 + i) for i in range(10)])
+    seen: list[tuple[str, tuple[object, ...]]] = []
+
+    @sa.event.listens_for(s.engine, "before_cursor_execute")
+    def capture(_c: object, _cur: object, statement: str, params: object, _ctx: object, _many: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "trajectories.data" in statement:
+            seen.append((statement, tuple(params)))  # type: ignore[arg-type]
+
+    ids = [rid for rid, _c, _d in s.iter_rows(until=datetime.now(timezone.utc) + timedelta(days=1), batch_size=7)]
+    assert ids == sorted(ids, key=lambda i: (i[:4], i)) and len(ids) == 40
+    statement, params = seen[1]
+    with s.engine.connect() as conn:
+        plan = " | ".join(str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params))
+    s.close()
+    assert "MULTI-INDEX OR" not in plan and "TEMP B-TREE FOR ORDER BY" not in plan, plan
+    assert "USING INDEX ix_trajectories_created_at" in plan, plan
