@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -167,7 +168,12 @@ def make_engine(db_url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN")
+        # IMMEDIATE (asked for with the `sqlite_immediate` execution option) takes the write lock
+        # up front, waiting up to the busy timeout: a deferred transaction that reads first (the
+        # migration reads the version table) would fail with "database is locked" at its first
+        # write when another process got there between, instead of waiting.
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
 
@@ -181,6 +187,9 @@ def _alembic_config(engine_url: str) -> Any:
     return cfg
 
 
+_MIGRATE_LOCK = threading.Lock()
+
+
 def migrate(engine: Engine) -> str:
     """Run `alembic upgrade head` on `engine` (a no-op when current); returns the head revision."""
     from alembic import command
@@ -188,7 +197,11 @@ def migrate(engine: Engine) -> str:
 
     cfg = _alembic_config(engine.url.render_as_string(hide_password=False))
     try:
-        with engine.begin() as conn:
+        # Several workers or replicas may start on a fresh database at once: on SQLite the write
+        # lock (IMMEDIATE) serializes them, on Postgres the advisory lock in migrations/env.py;
+        # the later ones find the schema at head and do nothing.
+        # Alembic keeps its `context` in module globals: one migration per process at a time.
+        with _MIGRATE_LOCK, engine.connect() as conn, conn.execution_options(sqlite_immediate=True).begin():
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
         with engine.connect() as conn:

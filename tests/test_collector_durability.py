@@ -12,6 +12,7 @@ rounds, which also exercises SQLite's WAL recovery and the migration-at-open pat
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import signal
@@ -22,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -239,3 +241,26 @@ def servers() -> Iterator[list[Server]]:
         if s.proc.poll() is None:
             s.proc.kill()
             s.proc.wait(30)
+
+
+def _start_worker(url: str, barrier: Any) -> None:
+    barrier.wait()
+    open_store(url).close()
+
+
+def test_workers_starting_together_on_a_fresh_database_all_come_up(any_db_url: str) -> None:  # noqa: F811
+    # uvicorn --workers N (or N replicas) each migrate at startup. On SQLite a deferred
+    # transaction lost that race with "database is locked" (10 of 10 tries before the fix).
+    ctx = multiprocessing.get_context("fork")  # children share the imports: no 3 s start each
+    for _ in range(3):
+        barrier = ctx.Barrier(4)
+        procs = [ctx.Process(target=_start_worker, args=(any_db_url, barrier)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    store = open_store(any_db_url)
+    store.add_trajectories([Trajectory(id="one", task_id="t", model="m", messages=[Message(role="user", content="hi")])])
+    assert store.count() == 1
+    store.close()
