@@ -7,6 +7,8 @@ LOOPLIFT_TEST_POSTGRES_URL, failing under CI)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -157,6 +159,39 @@ def test_feedback_joins_by_id_oldest_first(store: Store) -> None:
     with pytest.raises(UnknownTrajectoryError, match="nope"):
         store.add_feedback(Feedback(trajectory_id="nope", rating=1.0))
     assert store.stats().feedback == 2
+
+
+def test_feedback_while_ingest_writes_never_fails(store: Store) -> None:
+    # Feedback reads (does the trajectory exist?) then writes; under concurrent ingest a deferred
+    # SQLite transaction failed that write with "database is locked" (~500 of 1,500 before the fix).
+    store.add_trajectories([traj(1)])
+    stop = time.monotonic() + 1.5
+    errors: list[str] = []
+    done = [0, 0]
+
+    def ingest() -> None:
+        k = 1000
+        while time.monotonic() < stop:
+            store.add_trajectories([traj(k + i) for i in range(20)])
+            k += 20
+            done[0] += 1
+
+    def feedback() -> None:
+        while time.monotonic() < stop:
+            try:
+                store.add_feedback(Feedback(trajectory_id="t-0001", rating=1.0))
+                done[1] += 1
+            except Exception as e:  # noqa: BLE001 - collected and asserted below
+                errors.append(repr(e))
+            time.sleep(0.002)
+
+    threads = [threading.Thread(target=ingest), threading.Thread(target=feedback), threading.Thread(target=feedback)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [] and done[0] > 0 and done[1] > 0
+    assert len(store.feedback_for("t-0001")) == done[1]
 
 
 def test_sqlite_purge_leaves_no_copy_of_deleted_text_in_the_files(tmp_path: Path) -> None:
