@@ -1,9 +1,12 @@
 """The collector's HTTP API: ingest, feedback, stats, health.
 
-`POST /v1/trajectories` reads the body under a size cap (413 past it), validates it as a
-`TrajectoryBatch` (422 naming the bad field, nothing stored), then anonymizes, scores and stores
-the whole batch in one transaction, idempotently by trajectory id. Blocking work (anonymizer,
-database) runs in the thread pool so the event loop keeps accepting requests.
+`POST /v1/trajectories` reads the body under a size cap (413 past it), refuses a declared
+non-JSON media type or a compressed body (415), validates it as a `TrajectoryBatch` (422 naming
+the bad field, or saying the body is empty or not UTF-8; nothing stored), then anonymizes, scores
+and stores the whole batch in one transaction, idempotently by trajectory id. The response is sent
+only after that transaction committed: a 200 is a durable acknowledgement, and a crash before it
+leaves none of the batch. Blocking work (anonymizer, database) runs in the thread pool so the
+event loop keeps accepting requests.
 
 Deliberately not here: curation and export (`_export.py`), rate limiting and TLS (put a proxy in
 front), and gzip request bodies (clients send batches of a few MB at most).
@@ -52,6 +55,53 @@ def _validation_response(errors: list[Any], what: str) -> JSONResponse:
         status_code=422,
         content={"detail": f"invalid {what}: {summary}{more}. Nothing was stored.", "errors": items},
     )
+
+
+def _check_media(request: Request) -> None:
+    """415 for a body declared as something other than JSON, or compressed: the collector would
+    otherwise fail later with a confusing JSON error. No Content-Type at all is accepted (curl)."""
+    ctype = request.headers.get("content-type")
+    if ctype is not None:
+        media, _, params = ctype.partition(";")
+        media = media.strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            raise HTTPException(
+                status_code=415,
+                detail=f"Content-Type {media or ctype!r} is not accepted: send the body as JSON with "
+                "`Content-Type: application/json`",
+            )
+        fields = dict(kv.strip().lower().partition("=")[::2] for kv in params.split(";") if "=" in kv)
+        charset = fields.get("charset", "utf-8").strip('"')
+        if charset not in ("utf-8", "utf8"):
+            raise HTTPException(status_code=415, detail=f"charset {charset!r} is not accepted: JSON bodies must be UTF-8")
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise HTTPException(
+            status_code=415,
+            detail=f"Content-Encoding {encoding!r} is not supported: send the body uncompressed "
+            "(batches are at most a few MB; the SDK client splits larger ones)",
+        )
+
+
+def _parse_error(body: bytes, e: ValidationError, what: str) -> JSONResponse:
+    """422 for a body that did not validate, with a plain reason when it is not JSON at all."""
+    errors = e.errors()
+    if errors and errors[0]["type"] == "json_invalid":
+        reason = None
+        if not body.strip():
+            reason = "request body is empty"
+        else:
+            try:
+                body.decode("utf-8")  # only on this error path: no cost for valid bodies
+            except UnicodeDecodeError as u:
+                reason = f"request body is not valid UTF-8 (byte {u.start}: {u.reason}); JSON must be UTF-8 encoded"
+        if reason is not None:
+            return JSONResponse(
+                status_code=422,
+                content={"detail": f"invalid {what}: {reason}. Nothing was stored.",
+                         "errors": [{"loc": [], "msg": reason, "type": "json_invalid"}]},
+            )
+    return _validation_response(errors, what)
 
 
 async def _read_capped(request: Request, cap: int) -> bytes:
@@ -135,11 +185,13 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     )
     async def ingest(request: Request) -> IngestResult:
         """Anonymize, score and store a batch of trajectories (idempotent by id)."""
+        _check_media(request)
         body = await _read_capped(request, settings.max_body_bytes)
         try:
             batch = TrajectoryBatch.model_validate_json(body)
         except ValidationError as e:
-            return _validation_response(e.errors(), "trajectory batch")  # type: ignore[return-value]
+            return _parse_error(body, e, "trajectory batch")  # type: ignore[return-value]
+        # Awaited to the end: the 200 leaves only after the batch's transaction committed.
         return await run_in_threadpool(the_store.add_trajectories, batch.trajectories)
 
     @app.post(
@@ -150,11 +202,12 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     )
     async def feedback(request: Request) -> Any:
         """Join late user feedback to a stored trajectory (404 if the id is unknown)."""
+        _check_media(request)
         body = await _read_capped(request, settings.max_body_bytes)
         try:
             fb = Feedback.model_validate_json(body)
         except ValidationError as e:
-            return _validation_response(e.errors(), "feedback")
+            return _parse_error(body, e, "feedback")
         try:
             fid = await run_in_threadpool(the_store.add_feedback, fb)
         except UnknownTrajectoryError as e:

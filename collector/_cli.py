@@ -1,4 +1,4 @@
-"""The `collector` command: `serve`, `export`, `score`, `stats`, `anonymize`.
+"""The `collector` command: `serve`, `export`, `score`, `stats`, `purge`, `anonymize`.
 
 Flags map 1:1 onto `CollectorSettings` and `export()` arguments; `--db` defaults to
 `LOOPLIFT_COLLECTOR_DB` or `sqlite:///$LOOPLIFT_HOME/collector.db`. Errors print one line (no
@@ -8,9 +8,10 @@ traceback) and exit non-zero: 2 for bad input, 1 when the database or filesystem
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -222,6 +223,82 @@ def stats(
     else:
         _out.print(f"quality model #{qm['id']}: held-out AUC {fmt(qm['auc'])} ({qm['n_train']} train, {qm['n_test']} "
                    f"held-out), {s.clusters} clusters in use", highlight=False)
+
+
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(value: str, flag: str = "--older-than") -> timedelta:
+    """`30d` -> 30 days; a whole number followed by s, m, h, d or w (`ConfigError` otherwise)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", value)
+    if m is None or int(m.group(1)) == 0:
+        raise ConfigError(
+            f"{flag} {value!r} is not a duration: use a positive whole number and one unit, "
+            "s (seconds), m (minutes), h (hours), d (days) or w (weeks), e.g. 30d or 12h"
+        )
+    return timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+
+
+def _parse_where(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value:
+            _fail(f"--where {item!r} is not KEY=VALUE (e.g. --where user_id=u-42)", 2)
+        out[key.strip()] = value
+    return out
+
+
+@app.command()
+def purge(
+    older_than: str | None = typer.Option(
+        None, "--older-than", metavar="DURATION",
+        help="Delete trajectories ingested more than this long ago: a whole number and a unit s, m, h, d or w "
+             "(30d, 12h, 2w)."),
+    where: list[str] = typer.Option(
+        [], "--where", metavar="KEY=VALUE",
+        help="Delete trajectories whose metadata[KEY] equals VALUE (repeatable; all must match; combined with "
+             "--older-than by AND). Matching is against the stored metadata, which was anonymized before "
+             "storage: a VALUE that is personal data (an email, a phone number ...) was replaced by a placeholder "
+             "such as <EMAIL_1> and is refused with an explanation, so tag trajectories with a non-personal user "
+             "key (e.g. user_id=u-42). Numbers match by their digits. Scans every row's JSON (cost grows with "
+             "the table)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be deleted; delete nothing."),
+    db: str | None = typer.Option(None, "--db", help=_DB_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON."),
+) -> None:
+    """Delete trajectories (and their feedback) by age and/or by a metadata key: retention and
+    per-user deletion. Prints how many were deleted."""
+    from ._db import open_store
+
+    if older_than is None and not where:
+        _fail("give --older-than DURATION and/or --where KEY=VALUE; purge never deletes everything", 2)
+    delta = _guard(lambda: parse_duration(older_than)) if older_than is not None else None
+    before = datetime.now(timezone.utc) - delta if delta is not None else None
+    match = _parse_where(where)
+    settings = _settings(db)
+
+    def run() -> Any:
+        store = open_store(settings.db_url)
+        try:
+            return store.purge(before=before, where=match, dry_run=dry_run)
+        finally:
+            store.close()
+
+    result = _guard(run)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        return
+    conds = []
+    if before is not None:
+        conds.append(f"ingested before {before.replace(microsecond=0).isoformat()}")
+    conds += [f"metadata {k}={v!r}" for k, v in match.items()]
+    verb = "would delete" if dry_run else "deleted"
+    _out.print(f"{verb} {result.trajectories} trajectories and {result.feedback} feedback rows ({' and '.join(conds)})",
+               highlight=False)
+    if result.wal_truncated is False:
+        _err.print("note: a reader kept the SQLite write-ahead log busy; old copies of deleted pages stay in the -wal "
+                   "file until the next checkpoint", highlight=False)
 
 
 @app.command()

@@ -28,6 +28,10 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 #: export running beside ingest) contend for SQLite's single writer; 10 s absorbs bursts.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
+#: Trajectories deleted per transaction by `collector purge`: short enough that ingest never
+#: waits long for SQLite's write lock, large enough that the per-transaction cost is amortized.
+PURGE_BATCH_SIZE = 2000
+
 #: Alembic's bookkeeping table. Named for the collector so that other components can keep their
 #: own migrations in the same Postgres database without fighting over `alembic_version`.
 ALEMBIC_VERSION_TABLE = "collector_alembic_version"
