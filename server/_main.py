@@ -41,7 +41,7 @@ def _mount(module: str, attr: str, name: str, extra: str, help_text: str) -> Non
 
 
 _mount("server._cli", "app", "server", "server", "Gateway over vLLM: start, versions, load, promote, rollback.")
-_mount("collector._cli", "app", "collector", "collector", "Collector: serve, export, stats.")
+_mount("collector._cli", "app", "collector", "collector", "Collector: serve, export, score, stats, purge, anonymize.")
 _mount("trainer._cli", "app", "trainer", "trainer", "Trainer: build the base model, SFT, the retrain job.")
 _mount("sandboxes._cli", "app", "sandbox", "sandboxes", "Sandboxes: build the image, exec a command.")
 
