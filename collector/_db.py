@@ -31,7 +31,7 @@ from sqlmodel import Field, Session, SQLModel, select
 from sdk._types import Feedback, IngestResult, Trajectory
 
 from . import _defaults
-from ._anonymize import anonymize_text, anonymize_trajectory
+from ._anonymize import Anonymizer, default_anonymizer
 from ._score import score_trajectory
 from .errors import ConfigError, MigrationError, StorageError, UnknownTrajectoryError
 
@@ -237,8 +237,9 @@ class Store:
     Create with `open_store(url)`, which also migrates. Thread-safe (one engine, a session per call).
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, anonymizer: Anonymizer | None = None) -> None:
         self.engine = engine
+        self.anonymizer = anonymizer or default_anonymizer()
 
     @property
     def dialect(self) -> str:
@@ -273,7 +274,7 @@ class Store:
         rows = []
         for t in trajectories:
             if anonymize:
-                t = anonymize_trajectory(t)
+                t = self.anonymizer.trajectory(t)
             s = score_trajectory(t)
             rows.append(
                 {
@@ -312,9 +313,8 @@ class Store:
             UnknownTrajectoryError: the trajectory id is not stored.
         """
         correction, text = fb.correction, fb.text
-        if anonymize:
-            correction = anonymize_text(correction)[0] if correction else correction
-            text = anonymize_text(text)[0] if text else text
+        if anonymize:  # one replacement map for both, like the strings of one trajectory
+            correction, text = self.anonymizer.strings(correction, text)
         with Session(self.engine) as session:
             if session.get(TrajectoryRow, fb.trajectory_id) is None:
                 raise UnknownTrajectoryError(fb.trajectory_id)
@@ -421,7 +421,7 @@ class Store:
             last = (page[-1][1], page[-1][0])
 
 
-def open_store(db_url: str, *, migrate_schema: bool = True) -> Store:
+def open_store(db_url: str, *, migrate_schema: bool = True, anonymizer: Anonymizer | None = None) -> Store:
     """Open (creating if needed) the collector database at `db_url` and upgrade its schema.
 
     Raises:
@@ -434,4 +434,4 @@ def open_store(db_url: str, *, migrate_schema: bool = True) -> Store:
         except Exception:
             engine.dispose()
             raise
-    return Store(engine)
+    return Store(engine, anonymizer)
