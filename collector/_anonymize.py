@@ -1,35 +1,57 @@
-"""Replace personal data and secrets in trajectories with consistent placeholders.
+"""Replace personal data and secrets in trajectories before anything is stored.
 
-Runs on every ingest, before anything is stored. Detection is rule-based: one compiled regex per
-entity kind, a validator where a regex alone over-fires (Luhn for cards, `ipaddress` for IPv6,
-digit counts for phones), and a cheap trigger test so that text without an `@`, a digit or a key
-prefix never reaches the expensive patterns. Overlapping candidates are resolved longest first,
-then by how specific the kind is, so a card number is never half-replaced as a phone.
+Runs on every ingest (`Store.add_trajectories`, `Store.add_feedback`) and behind
+`collector anonymize`, always through `Anonymizer.text`. Two kinds of detectors feed it:
 
-Within one trajectory the same value always becomes the same placeholder (`<EMAIL_1>` in the
-prompt and in the tool output), so a trained model still sees that the two places are the same
-entity. If anything was replaced, the per-turn token ids and logprobs are dropped: they encode the
-original text and would leak it.
+- rules (`_pii_rules`): e-mail, phone (international, E.164, NANP, national formats, extensions),
+  IPv4/IPv6, payment cards (12-19 digits, issuer ranges, Luhn), IBAN (mod-97), US SSN (SSA rules;
+  unformatted only when called an SSN), dates of birth after "born", "DOB", "date of birth" and
+  their French/German/Spanish/Italian/Dutch equivalents, `user:password@` in URLs, API keys and
+  tokens (known prefixes, JWTs, PEM private keys) and high-entropy values of key-like names
+  (`api_key=`, `"client_secret":`, `password:`, `Bearer ...`);
+- a token classifier for person names and street addresses (`_names`): logistic regression over
+  word features and gazetteers, trained on generated text the first time it is needed.
 
-Deliberately not done: names, street addresses and other free-form PII (that needs an NER model;
-rules would drown in false positives on code), reversible pseudonymization (the mapping would
-itself be the PII), and detection of generic high-entropy strings (they are everywhere in code and
-hashes).
+Overlaps are resolved by tier (URL credentials first, then the other rules, then names and
+addresses), then longest first, then by how specific the kind is, so a card number is never
+half-replaced as a phone and `admin:pw@db.example.com` never loses `pw@db.example.com` as an e-mail.
+The name model sees the text with keys, tokens and e-mails already blanked out.
+
+Replacements (`mode`, see `_pseudonyms`): `<EMAIL_1>` placeholders numbered per trajectory (the
+default), keyed `<EMAIL_3f9a1c2b>` pseudonyms stable across trajectories, or format-preserving
+fakes. Within one trajectory the same value always gets the same replacement, so a trained model
+still sees that the prompt and the tool output talk about the same person. If anything was
+replaced, the per-turn token ids and logprobs are dropped: they encode the original text.
+
+Every string of a trajectory is scanned except identifiers and enums (ids, roles, timestamps):
+messages, names, tool-call arguments, step actions/observations/info, outcome details, metadata
+(keys and values, nested). A string that is JSON and contains escapes (`\\u00e9`, `\\n`) is
+decoded, anonymized value by value and re-encoded in the same style, so escaping cannot hide a
+value from the detectors.
+
+Deliberately not done: reversible pseudonymization (the mapping would itself be the PII), and
+generic high-entropy strings without a key-like name (they are everywhere in code and hashes).
 """
 
 from __future__ import annotations
 
 import bisect
-import ipaddress
-import re
-from collections.abc import Callable
+import json
+import threading
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from sdk._types import Trajectory
 
+from . import _pii_rules, _pseudonyms
+from ._defaults import ENV_PSEUDONYM_KEY
+from ._pseudonyms import MODES
+
 #: Metadata key set on a trajectory whose token ids/logprobs were dropped by the anonymizer.
 TOKEN_IDS_REDACTED_KEY = "looplift_token_ids_redacted"
+#: File under `$LOOPLIFT_HOME` holding that key when the variable is unset (created 0600 on first use).
+PSEUDONYM_KEY_FILE = "collector_pseudonym.key"
 
 # Trajectory fields that are identifiers or enums, never free text: leaving them alone keeps ids
 # joinable (feedback, tool_call_id) and the schema valid. Everything else that is a string is
@@ -39,9 +61,10 @@ _STRUCTURAL_KEYS = frozenset(
      "finish_reason", "started_at", "finished_at", "message_index", "index", "turns"}
 )
 
+_NAME_TIER, _PERSON_RANK, _ADDRESS_RANK = 2, 30, 31
 
-@dataclass(frozen=True)
-class Entity:
+
+class Entity(NamedTuple):
     """One replaced span: its kind, where it was in the input text, and what replaced it.
 
     The original value is deliberately not kept; slice the input text if a caller needs it.
@@ -55,16 +78,17 @@ class Entity:
 
 @dataclass
 class AnonymizerState:
-    """Placeholder assignments shared by every string of one trajectory.
+    """Replacements shared by every string of one trajectory.
 
-    Pass the same state to successive `anonymize_text` calls to get consistent placeholders.
+    Pass the same state to successive `anonymize_text` calls to get consistent replacements.
     """
 
     placeholders: dict[tuple[str, str], str] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
 
     def placeholder_for(self, kind: str, key: str) -> str:
-        """The placeholder for `key` of `kind`, allocating the next number on first sight."""
+        """The numbered placeholder for `key` of `kind`, allocating the next number on first sight."""
         found = self.placeholders.get((kind, key))
         if found is None:
             n = self.counters.get(kind, 0) + 1
@@ -74,240 +98,223 @@ class AnonymizerState:
         return found
 
 
-# ---------------------------------------------------------------------------------------------
-# Validators and normalizers. A validator returns the normalized key (same value -> same
-# placeholder) or None to reject the candidate.
+def resolve_pseudonym_key(home: Path | None = None) -> str:
+    """`$LOOPLIFT_COLLECTOR_PSEUDONYM_KEY`, else the key in `$LOOPLIFT_HOME/collector_pseudonym.key`,
+    created (random, mode 0600) if missing."""
+    from sdk._home import ensure_secret
+
+    return ensure_secret(ENV_PSEUDONYM_KEY, PSEUDONYM_KEY_FILE, home)
 
 
-def _digits(s: str) -> str:
-    return re.sub(r"\D", "", s)
+class Anonymizer:
+    """Detects PII and secrets and replaces them.
 
+    Args:
+        mode: `placeholder` (`<EMAIL_1>`, the default), `hmac` (`<EMAIL_3f9a1c2b>`, stable across
+            trajectories for one key) or `fake` (format-preserving fake values, deterministic for
+            a value and a key).
+        key: the secret for `hmac` and `fake`; when None, `resolve_pseudonym_key()` (environment
+            variable or a 0600 file under `$LOOPLIFT_HOME`). Ignored for `placeholder`.
+        names: also detect person names and street addresses (a model trained on first use, see
+            `collector._names`). Off only for callers that know their text has none.
+        preload: load (or train) the name model now instead of on the first string with a
+            capitalized word (servers do, so the first request is not the slow one).
+    """
 
-def _luhn_ok(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        if i % 2 == 1:
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return total % 10 == 0
+    def __init__(self, mode: str = "placeholder", key: str | bytes | None = None, *, names: bool = True,
+                 preload: bool = False) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown anonymization mode {mode!r}: use one of {', '.join(MODES)}")
+        self.mode = mode
+        self._key: bytes | None = None
+        if mode != "placeholder":
+            raw = key if key is not None else resolve_pseudonym_key()
+            self._key = raw.encode() if isinstance(raw, str) else raw
+            if not self._key:
+                raise ValueError(f"mode {mode!r} needs a non-empty key")
+        self.names = names
+        self._name_model: Any = None
+        self._lock = threading.Lock()
+        if names and preload:
+            self.name_model()
 
+    def __repr__(self) -> str:  # never the key
+        return f"Anonymizer(mode={self.mode!r}, names={self.names})"
 
-def _card(s: str) -> str | None:
-    digits = _digits(s)
-    if not 13 <= len(digits) <= 19:
-        return None
-    # Mixed separators ("4111-1111 1111") are not how cards are written; they are how tables are.
-    seps = {c for c in s if c in " -"}
-    if len(seps) > 1:
-        return None
-    # Issuer prefixes (2-6) rule out millisecond/nanosecond timestamps and other long integers
-    # that start with 1 and would otherwise pass Luhn one time in ten.
-    if digits[0] not in "23456":
-        return None
-    if len(set(digits)) == 1:  # 0000000000000, 4444444444444: placeholders, not cards
-        return None
-    return digits if _luhn_ok(digits) else None
+    def name_model(self) -> Any:
+        """The person/address model (loaded, or trained and cached, on first call)."""
+        if self._name_model is None:
+            with self._lock:
+                if self._name_model is None:
+                    from ._names import load_name_model
 
+                    self._name_model = load_name_model()
+        return self._name_model
 
-def _phone_intl(s: str) -> str | None:
-    digits = _digits(s)
-    return "+" + digits if 8 <= len(digits) <= 15 else None
+    # -- detection ---------------------------------------------------------------------------
 
+    def detect(self, text: str) -> list[tuple[int, int, str, str]]:
+        """Non-overlapping `(start, end, kind, key)` spans of `text`, in order; `key` is the
+        normalized value (what decides "same value")."""
+        cands, masked = _pii_rules.find_masked(text)
+        if self.names:
+            for s, e, kind in (self._name_model or self.name_model()).find(masked):
+                key = " ".join(text[s:e].lower().replace(",", " ").split())
+                cands.append((s, e, _NAME_TIER, _PERSON_RANK if kind == "PERSON" else _ADDRESS_RANK, kind, key))
+        if len(cands) > 1:
+            cands = _select(cands)
+        return [(s, e, kind, key) for s, e, _t, _r, kind, key in cands]
 
-def _phone(s: str) -> str | None:
-    digits = _digits(s)
-    return digits if 10 <= len(digits) <= 12 else None
+    # -- replacement -------------------------------------------------------------------------
 
-
-def _ipv6(s: str) -> str | None:
-    try:
-        addr = ipaddress.IPv6Address(s)
-    except ValueError:
-        return None
-    if addr.is_loopback or addr.is_unspecified:
-        return None
-    groups = [g for g in s.split(":") if g]
-    # Python slices (`a[1::2]`) are valid compressed IPv6 literals; real addresses have more
-    # groups or hex letters / full 4-digit groups.
-    if len(groups) < 3 and not any(len(g) == 4 or re.search(r"[a-fA-F]", g) for g in groups):
-        return None
-    return addr.compressed
-
-
-def _lower(s: str) -> str | None:
-    return s.lower()
-
-
-def _same(s: str) -> str | None:
-    return s
-
-
-@dataclass(frozen=True)
-class _Detector:
-    kind: str
-    pattern: re.Pattern[str]
-    validate: Callable[[str], str | None]
-    # Cheap pre-test on the whole string; skips the regex when it cannot match.
-    trigger: Callable[[str], bool]
-    # Lower is more specific; breaks ties between candidates of equal length.
-    rank: int
-    # Where to look: "text" (the whole string, if `trigger` passes), "numeric" (only inside runs
-    # of digits and phone/card/IP punctuation), "at" (only around each "@").
-    scope: str = "text"
-    # For windowed scopes: a cheap test on the window's text before running the regex in it.
-    window_ok: Callable[[str], bool] = lambda w: True
-
-
-_HAS_DIGIT = re.compile(r"\d").search
-# Runs of the characters phones, cards and IPv4 addresses are written with. Python's regex engine
-# costs tens of ns per position and pattern, so the digit-based detectors run only inside these
-# runs instead of each scanning the whole string (5x faster on code-heavy text).
-_NUMERIC_RUN = re.compile(r"[\d(+][\d .()+\-]*\d")
-# An email's local part is at most 64 characters, its domain at most 255.
-_EMAIL_BEFORE, _EMAIL_AFTER = 66, 260
-# Lookaheads in the numeric patterns inspect at most this many characters past a run.
-_RUN_TAIL = 3
-_KEY_PREFIX = re.compile(r"sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[abpr]-").search
-
-_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_PEM_BEGIN = r"-----BEGIN (?P<label>[A-Z0-9]+(?: [A-Z0-9]+)* )?PRIVATE KEY-----"
-
-_DETECTORS: tuple[_Detector, ...] = (
-    _Detector(
-        "PRIVATE_KEY",
-        re.compile(_PEM_BEGIN + r"[A-Za-z0-9+/=\s:,.\-]*?-----END (?P=label)?PRIVATE KEY-----"),
-        _same, lambda t: "PRIVATE KEY-----" in t, 0,
-    ),
-    # A truncated block (no END line) must still not leak its base64 body.
-    _Detector(
-        "PRIVATE_KEY",
-        re.compile(_PEM_BEGIN + r"(?:[A-Za-z0-9+/=]|\s)*"),
-        _same, lambda t: "PRIVATE KEY-----" in t, 1,
-    ),
-    _Detector(
-        "JWT",
-        re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"),
-        _same, lambda t: "eyJ" in t, 2,
-    ),
-    _Detector(
-        "API_KEY",
-        re.compile(
-            r"(?<![A-Za-z0-9_-])(?:"
-            r"sk-[A-Za-z0-9_-]{20,}"  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-)
-            r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub classic tokens
-            r"|github_pat_[A-Za-z0-9_]{22,}"  # GitHub fine-grained tokens
-            r"|(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])"  # AWS access key ids
-            r"|xox[abpr]-[A-Za-z0-9-]{10,}"  # Slack
-            r")"
-        ),
-        _same, lambda t: _KEY_PREFIX(t) is not None, 3,
-    ),
-    _Detector(
-        "EMAIL",
-        re.compile(
-            r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
-            r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
-        ),
-        _lower, lambda t: "@" in t, 4, "at",
-    ),
-    _Detector(
-        "CREDIT_CARD",
-        re.compile(r"(?<![\d.-])\d(?:[ -]?\d){12,18}(?![\d-]|\.\d)"),
-        _card, _HAS_DIGIT, 5, "numeric", lambda w: len(w) >= 13,
-    ),
-    _Detector(
-        "IPV6",
-        re.compile(
-            r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:" + _OCTET + r"(?:\." + _OCTET + r"){3}|[0-9A-Fa-f]{1,4})?(?![\w:]|\.\d)"
-        ),
-        _ipv6, lambda t: "::" in t or t.count(":") >= 7, 6,
-    ),
-    _Detector(
-        "IPV4",
-        re.compile(r"(?<![\w.])" + _OCTET + r"(?:\." + _OCTET + r"){3}(?![\w]|\.\d)"),
-        _same, lambda t: "." in t and _HAS_DIGIT(t) is not None, 7, "numeric", lambda w: w.count(".") >= 3,
-    ),
-    # International: "+" then 8-15 digits in groups separated by single spaces, dots or dashes,
-    # optionally "(0)". The "+" must not follow an operand, so `37+58*2` never starts a match.
-    _Detector(
-        "PHONE",
-        re.compile(
-            r"(?<![\w)\]+])\+\d{1,3}(?:[ .-]?(?:\(\d{1,4}\)|\d{1,5})){1,6}(?![\w+*/=^%]|[.-]\d)"
-        ),
-        _phone_intl, lambda t: "+" in t, 8, "numeric", lambda w: "+" in w,
-    ),
-    # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 1-800-555-1234. Area codes
-    # start 2-9 (the NANP rule), which keeps dates and serials out.
-    _Detector(
-        "PHONE",
-        re.compile(
-            r"(?<![\w+.\-/*=])(?:1[ .-])?(?:\([2-9]\d{2}\) ?|[2-9]\d{2}[-. ])\d{3}[-. ]\d{4}(?![\w]|[.\-/]\d)"
-        ),
-        _phone, _HAS_DIGIT, 9, "numeric", lambda w: len(w) >= 12,
-    ),
-    # National with a trunk 0: 020 7946 0958, 030-1234-5678.
-    _Detector(
-        "PHONE",
-        re.compile(r"(?<![\w+.\-/*=])\(?0\d{1,4}\)?[ -]\d{3,4}[ -]\d{3,4}(?![\w]|[.\-/]\d)"),
-        _phone, _HAS_DIGIT, 10, "numeric", lambda w: len(w) >= 10 and "0" in w,
-    ),
-)
-
-
-def _windows(text: str, scope: str) -> list[tuple[int, int]]:
-    """Merged (start, end) windows of `text` where detectors of `scope` can match."""
-    n = len(text)
-    spans: list[tuple[int, int]] = []
-    if scope == "numeric":
-        for m in _NUMERIC_RUN.finditer(text):
-            s, e = m.span()
-            if e - s >= 7:  # "1.2.3.4" is the shortest thing these detectors accept
-                spans.append((s, min(n, e + _RUN_TAIL)))
-    elif scope == "at":
-        at = text.find("@")
-        while at != -1:
-            s, e = max(0, at - _EMAIL_BEFORE), min(n, at + _EMAIL_AFTER)
-            if spans and s <= spans[-1][1]:
-                spans[-1] = (spans[-1][0], e)
-            else:
-                spans.append((s, e))
-            at = text.find("@", at + 1)
-    return spans
-
-
-def _candidates(text: str) -> list[tuple[int, int, int, str, str]]:
-    found: list[tuple[int, int, int, str, str]] = []
-    windows: dict[str, list[tuple[int, int]]] = {}
-    for det in _DETECTORS:
-        if det.scope == "text":
-            if det.trigger(text):
-                matches = list(det.pattern.finditer(text))
-            else:
-                continue
+    def replacement(self, kind: str, key: str, original: str, state: AnonymizerState) -> str:
+        """What replaces the value `original` (normalized: `key`) of `kind`, consistently within `state`."""
+        found = state.placeholders.get((kind, key))
+        if found is not None:
+            return found
+        if self.mode == "placeholder":
+            return state.placeholder_for(kind, key)
+        assert self._key is not None
+        if self.mode == "hmac":
+            rep = _pseudonyms.hmac_pseudonym(self._key, kind, key)
         else:
-            if det.scope not in windows:
-                windows[det.scope] = _windows(text, det.scope) if det.trigger(text) else []
-            # finditer(text, pos, endpos) still lets lookbehinds see the characters before pos.
-            ok = det.window_ok
-            matches = [m for s, e in windows[det.scope] if ok(text[s:e]) for m in det.pattern.finditer(text, s, e)]
-        for m in matches:
-            key = det.validate(m.group(0))
-            if key is not None:
-                found.append((m.start(), m.end(), det.rank, det.kind, key))
-    return found
+            rep = _pseudonyms.fake_value(self._key, kind, key, original)
+            salt = 0
+            while rep in state.used and salt < 20:  # two values, one fake: draw again
+                salt += 1
+                rep = _pseudonyms.fake_value(self._key, kind, key, original, salt)
+        state.placeholders[(kind, key)] = rep
+        state.used.add(rep)
+        return rep
+
+    def text(self, text: str, state: AnonymizerState | None = None) -> tuple[str, list[Entity]]:
+        """Replace PII and secrets in `text`.
+
+        Args:
+            text: any string.
+            state: replacements to reuse (one per trajectory); a fresh one when None.
+
+        Returns:
+            The anonymized text and the replaced entities (positions refer to the input `text`).
+        """
+        spans = self.detect(text)
+        if not spans:
+            return text, []
+        if state is None:
+            state = AnonymizerState()
+        out: list[str] = []
+        entities: list[Entity] = []
+        pos = 0
+        for start, end, kind, key in spans:
+            rep = self.replacement(kind, key, text[start:end], state)
+            out.append(text[pos:start])
+            out.append(rep)
+            entities.append(Entity(kind, start, end, rep))
+            pos = end
+        out.append(text[pos:])
+        return "".join(out), entities
+
+    def strings(self, *texts: str | None) -> list[str | None]:
+        """Several related strings (e.g. a feedback's correction and text) with one shared state."""
+        state = AnonymizerState()
+        return [self._string(t, state, []) if t else t for t in texts]
+
+    def trajectory(self, traj: Trajectory) -> Trajectory:
+        """Anonymize every free-text string of a trajectory with one consistent replacement map.
+
+        Covers the task id, message content and name, tool-call names and arguments, step
+        action/observation/info, outcome details/error and metadata, recursively (dict keys too).
+        Ids, roles and timestamps are left alone. If anything was replaced, every turn's token ids
+        and logprobs are set to None and `metadata["looplift_token_ids_redacted"]` is set to True.
+
+        Returns:
+            An anonymized copy (the input is not modified); the input itself when nothing was found.
+        """
+        return self.trajectory_entities(traj)[0]
+
+    def trajectory_entities(self, traj: Trajectory) -> tuple[Trajectory, list[Entity]]:
+        """`trajectory`, also returning the replaced entities (positions are per string; for
+        JSON strings that were decoded, per decoded value)."""
+        state = AnonymizerState()
+        found: list[Entity] = []
+        data = self._walk_record(traj.model_dump(mode="json"), state, found)
+        if not found:
+            return traj, []
+        # Token ids encode the original text, so they would still carry the PII.
+        data["turns"] = [
+            {**t, "prompt_token_ids": None, "completion_token_ids": None, "completion_logprobs": None}
+            for t in data.get("turns", [])
+        ]
+        data["metadata"][TOKEN_IDS_REDACTED_KEY] = True
+        return Trajectory.model_validate(data), found
+
+    # -- walking -----------------------------------------------------------------------------
+
+    def _string(self, s: str, state: AnonymizerState, found: list[Entity]) -> str:
+        head = s.lstrip()[:1]
+        if head in ("{", "[") and "\\" in s:
+            try:
+                decoded = json.loads(s)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, (dict, list)):
+                n = len(found)
+                walked = self._walk(decoded, state, found)
+                if len(found) == n:
+                    return s
+                return _dumps_like(walked, s)
+        new, ents = self.text(s, state)
+        found.extend(ents)
+        return new
+
+    def _walk(self, value: Any, state: AnonymizerState, found: list[Entity]) -> Any:
+        if isinstance(value, str):
+            return self._string(value, state, found)
+        if isinstance(value, dict):
+            return {self._walk(k, state, found) if isinstance(k, str) else k: self._walk(v, state, found)
+                    for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._walk(v, state, found) for v in value]
+        return value
+
+    def _walk_record(self, record: dict[str, Any], state: AnonymizerState, found: list[Entity]) -> dict[str, Any]:
+        """Like `_walk` for a trajectory-schema object: structural keys keep their values."""
+        out: dict[str, Any] = {}
+        for k, v in record.items():
+            if k in _STRUCTURAL_KEYS:
+                out[k] = v
+            elif k in ("messages", "steps", "tool_calls") and isinstance(v, list):
+                out[k] = [self._walk_record(x, state, found) if isinstance(x, dict) else self._walk(x, state, found)
+                          for x in v]
+            elif k in ("outcome", "function") and isinstance(v, dict):
+                out[k] = self._walk_record(v, state, found)
+            else:
+                out[k] = self._walk(v, state, found)
+        return out
 
 
-def _select(cands: list[tuple[int, int, int, str, str]]) -> list[tuple[int, int, int, str, str]]:
-    """Non-overlapping spans: longest first, then most specific kind, then leftmost."""
+def _dumps_like(value: Any, original: str) -> str:
+    """JSON in the style of `original`: compact or spaced separators, ASCII-escaped or not, indented or not."""
+    compact = '":"' in original or '","' in original or (":" in original and ": " not in original)
+    indent = None
+    nl = original.find("\n")
+    if nl != -1:
+        rest = original[nl + 1:]
+        indent = len(rest) - len(rest.lstrip(" ")) or None
+    ascii_only = "\\u" in original
+    if indent:
+        return json.dumps(value, ensure_ascii=ascii_only, indent=indent)
+    return json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":") if compact else (", ", ": "))
+
+
+def _select(cands: list[tuple[int, int, int, int, str, str]]) -> list[tuple[int, int, int, int, str, str]]:
+    """Non-overlapping spans: lowest tier first, then longest, then most specific kind, then leftmost."""
     if len(cands) <= 1:
         return cands
     starts: list[int] = []  # accepted spans, sorted by start; they never overlap each other
     ends: list[int] = []
-    chosen: list[tuple[int, int, int, str, str]] = []
-    for c in sorted(cands, key=lambda c: (c[0] - c[1], c[2], c[0])):
+    chosen: list[tuple[int, int, int, int, str, str]] = []
+    for c in sorted(cands, key=lambda c: (c[2], c[0] - c[1], c[3], c[0])):
         i = bisect.bisect_right(starts, c[0])
         # Only the neighbours can overlap: the span starting at or before c, and the one after.
         if (i > 0 and ends[i - 1] > c[0]) or (i < len(starts) and starts[i] < c[1]):
@@ -319,86 +326,43 @@ def _select(cands: list[tuple[int, int, int, str, str]]) -> list[tuple[int, int,
     return chosen
 
 
-def anonymize_text(text: str, state: AnonymizerState | None = None) -> tuple[str, list[Entity]]:
+# ---------------------------------------------------------------------------------------------
+# The default anonymizer (placeholders, names on) and the functional API.
+
+_default: Anonymizer | None = None
+_default_lock = threading.Lock()
+
+
+def default_anonymizer() -> Anonymizer:
+    """The process-wide placeholder-mode anonymizer (what ingest uses unless configured otherwise)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Anonymizer()
+    return _default
+
+
+def anonymize_text(text: str, state: AnonymizerState | None = None, *,
+                   anonymizer: Anonymizer | None = None) -> tuple[str, list[Entity]]:
     """Replace PII and secrets in `text` with placeholders such as `<EMAIL_1>`.
 
     Args:
         text: any string.
-        state: placeholder assignments to reuse (one per trajectory); a fresh one when None.
+        state: replacements to reuse (one per trajectory); a fresh one when None.
+        anonymizer: how to detect and replace (default: `default_anonymizer()`, placeholders).
 
     Returns:
         The anonymized text and the replaced entities (positions refer to the input `text`).
     """
-    if state is None:
-        state = AnonymizerState()
-    spans = _select(_candidates(text))
-    if not spans:
-        return text, []
-    out: list[str] = []
-    entities: list[Entity] = []
-    pos = 0
-    for start, end, _rank, kind, key in spans:
-        ph = state.placeholder_for(kind, key)
-        out.append(text[pos:start])
-        out.append(ph)
-        entities.append(Entity(kind, start, end, ph))
-        pos = end
-    out.append(text[pos:])
-    return "".join(out), entities
+    return (anonymizer or default_anonymizer()).text(text, state)
 
 
-def _walk(value: Any, state: AnonymizerState, found: list[Entity]) -> Any:
-    if isinstance(value, str):
-        new, ents = anonymize_text(value, state)
-        found.extend(ents)
-        return new
-    if isinstance(value, dict):
-        return {_walk(k, state, found) if isinstance(k, str) else k: _walk(v, state, found) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_walk(v, state, found) for v in value]
-    return value
+def anonymize_trajectory(traj: Trajectory, *, anonymizer: Anonymizer | None = None) -> Trajectory:
+    """`Anonymizer.trajectory` with the default (or the given) anonymizer."""
+    return (anonymizer or default_anonymizer()).trajectory(traj)
 
 
-def _walk_record(record: dict[str, Any], state: AnonymizerState, found: list[Entity]) -> dict[str, Any]:
-    """Like `_walk` for a trajectory-schema object: structural keys keep their values."""
-    out: dict[str, Any] = {}
-    for k, v in record.items():
-        if k in _STRUCTURAL_KEYS:
-            out[k] = v
-        elif k in ("messages", "steps", "tool_calls") and isinstance(v, list):
-            out[k] = [_walk_record(x, state, found) if isinstance(x, dict) else _walk(x, state, found) for x in v]
-        elif k in ("outcome", "function") and isinstance(v, dict):
-            out[k] = _walk_record(v, state, found)
-        else:
-            out[k] = _walk(v, state, found)
-    return out
-
-
-def anonymize_trajectory(traj: Trajectory) -> Trajectory:
-    """Anonymize every free-text string of a trajectory with one consistent placeholder map.
-
-    Covers the task id, message content and name, tool-call names and arguments, step
-    action/observation/info, outcome details/error and metadata, recursively (dict keys too).
-    Ids, roles and timestamps are left alone. If anything was replaced, every turn's token ids and
-    logprobs are set to None and `metadata["looplift_token_ids_redacted"]` is set to True.
-
-    Returns:
-        An anonymized copy (the input is not modified); the input itself when nothing was found.
-    """
-    return anonymize_trajectory_entities(traj)[0]
-
-
-def anonymize_trajectory_entities(traj: Trajectory) -> tuple[Trajectory, list[Entity]]:
+def anonymize_trajectory_entities(traj: Trajectory, *, anonymizer: Anonymizer | None = None) -> tuple[Trajectory, list[Entity]]:
     """`anonymize_trajectory`, also returning the replaced entities (positions are per string)."""
-    state = AnonymizerState()
-    found: list[Entity] = []
-    data = _walk_record(traj.model_dump(mode="json"), state, found)
-    if not found:
-        return traj, []
-    # Token ids encode the original text, so they would still carry the PII.
-    data["turns"] = [
-        {**t, "prompt_token_ids": None, "completion_token_ids": None, "completion_logprobs": None}
-        for t in data.get("turns", [])
-    ]
-    data["metadata"][TOKEN_IDS_REDACTED_KEY] = True
-    return Trajectory.model_validate(data), found
+    return (anonymizer or default_anonymizer()).trajectory_entities(traj)

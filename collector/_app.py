@@ -134,7 +134,9 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     """
     settings = settings or CollectorSettings.from_env()
     owns_store = store is None
-    the_store = store if store is not None else open_store(settings.db_url)
+    # preload: the name model is loaded (or trained once) now, not on the first request.
+    the_store = store if store is not None else open_store(
+        settings.db_url, anonymizer=settings.make_anonymizer(preload=True))
     keys = tuple(k.encode() for k in settings.api_keys)
 
     @asynccontextmanager

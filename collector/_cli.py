@@ -308,13 +308,20 @@ def anonymize(
         help='JSONL in and out: each input line {"text": ...} becomes {"text": anonymized, "entities": '
              '[{"type", "start", "end"}]} with offsets into the input text. Without --json each input line is '
              "plain text and the anonymized line is printed."),
+    mode: str = typer.Option(
+        None, "--mode",
+        help="placeholder (<EMAIL_1>), hmac (<EMAIL_3f9a1c2b>, stable across runs for one key) or fake "
+             "(format-preserving fakes). Default: $LOOPLIFT_COLLECTOR_ANONYMIZE_MODE or placeholder. The key "
+             "for hmac/fake: $LOOPLIFT_COLLECTOR_PSEUDONYM_KEY or $LOOPLIFT_HOME/collector_pseudonym.key."),
 ) -> None:
     """Anonymize text from stdin with the same code path as ingest (one line in, one line out)."""
-    from ._anonymize import anonymize_text
+    from ._settings import CollectorSettings
 
+    settings = _guard(lambda: CollectorSettings.from_env(anonymize_mode=mode))
+    anonymizer = _guard(settings.make_anonymizer)
     for n, line in enumerate(sys.stdin, 1):
         if not as_json:
-            sys.stdout.write(anonymize_text(line.rstrip("\n"))[0] + "\n")
+            sys.stdout.write(anonymizer.text(line.rstrip("\n"))[0] + "\n")
             continue
         if not line.strip():
             continue
@@ -326,7 +333,7 @@ def anonymize(
         except (ValueError, KeyError, TypeError) as e:
             sys.stdout.flush()
             _fail(f'stdin line {n}: expected a JSON object with a string "text" field ({type(e).__name__}: {e})', 2)
-        out, entities = anonymize_text(text)
+        out, entities = anonymizer.text(text)
         ents = [{"type": e.kind, "start": e.start, "end": e.end} for e in entities]
         sys.stdout.write(json.dumps({"text": out, "entities": ents}) + "\n")
 

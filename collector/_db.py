@@ -34,7 +34,7 @@ from sqlmodel import Field, Session, SQLModel, select
 from sdk._types import Feedback, IngestResult, Trajectory
 
 from . import _defaults
-from ._anonymize import anonymize_text, anonymize_trajectory
+from ._anonymize import Anonymizer, anonymize_text, default_anonymizer
 from ._score import SOURCES, score_sql, score_trajectory
 from .errors import ConfigError, MigrationError, StorageError, UnknownTrajectoryError
 
@@ -303,7 +303,7 @@ class PurgeResult:
 
 
 #: What the anonymizer puts in place of a value (`<EMAIL_1>`): shared by every trajectory.
-_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*_\d+>")
+_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*_[0-9a-f]+>")  # <EMAIL_1>, or a keyed <EMAIL_3f9a1c2b>
 
 
 def check_metadata_match(key: str, value: str) -> None:
@@ -344,8 +344,9 @@ class Store:
     Create with `open_store(url)`, which also migrates. Thread-safe (one engine, a session per call).
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, anonymizer: Anonymizer | None = None) -> None:
         self.engine = engine
+        self.anonymizer = anonymizer or default_anonymizer()
 
     @property
     def dialect(self) -> str:
@@ -407,10 +408,9 @@ class Store:
                 raise StorageError(f"could not store {len(ids)} trajectories: {_short(e)}") from e
         return IngestResult(accepted=len(inserted), duplicates=len(ids) - len(inserted), ids=ids)
 
-    @staticmethod
-    def _row(t: Trajectory, now: datetime, anonymize: bool) -> dict[str, Any]:
+    def _row(self, t: Trajectory, now: datetime, anonymize: bool) -> dict[str, Any]:
         if anonymize:
-            t = anonymize_trajectory(t)
+            t = self.anonymizer.trajectory(t)
         s = score_trajectory(t)
         return {
             "id": t.id,
@@ -437,9 +437,8 @@ class Store:
             UnknownTrajectoryError: the trajectory id is not stored.
         """
         correction, text = fb.correction, fb.text
-        if anonymize:
-            correction = anonymize_text(correction)[0] if correction else correction
-            text = anonymize_text(text)[0] if text else text
+        if anonymize:  # one replacement map for both, like the strings of one trajectory
+            correction, text = self.anonymizer.strings(correction, text)
         t, f = TrajectoryRow, FeedbackRow
         try:
             # Read-then-write in one transaction: on SQLite it must hold the write lock from the
@@ -687,7 +686,7 @@ class Store:
             clusters=n_clusters,
         )
 
-def open_store(db_url: str, *, migrate_schema: bool = True) -> Store:
+def open_store(db_url: str, *, migrate_schema: bool = True, anonymizer: Anonymizer | None = None) -> Store:
     """Open (creating if needed) the collector database at `db_url` and upgrade its schema.
 
     Raises:
@@ -700,4 +699,4 @@ def open_store(db_url: str, *, migrate_schema: bool = True) -> Store:
         except Exception:
             engine.dispose()
             raise
-    return Store(engine)
+    return Store(engine, anonymizer)

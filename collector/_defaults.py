@@ -11,6 +11,10 @@ ENV_HOME = "LOOPLIFT_HOME"
 ENV_DB = "LOOPLIFT_COLLECTOR_DB"
 #: Environment variable holding the accepted API keys, comma-separated.
 ENV_KEYS = "LOOPLIFT_COLLECTOR_KEYS"
+#: Environment variable choosing what replaces PII: placeholder (default), hmac or fake.
+ENV_ANONYMIZE_MODE = "LOOPLIFT_COLLECTOR_ANONYMIZE_MODE"
+#: Environment variable holding the key for hmac/fake pseudonyms (else $LOOPLIFT_HOME/collector_pseudonym.key).
+ENV_PSEUDONYM_KEY = "LOOPLIFT_COLLECTOR_PSEUDONYM_KEY"
 
 #: State directory when `LOOPLIFT_HOME` is unset.
 DEFAULT_HOME = "~/.looplift"

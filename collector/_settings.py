@@ -6,11 +6,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from . import _defaults
 from ._db import default_db_url
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._anonymize import Anonymizer
 
 
 class CollectorSettings(BaseModel):
@@ -34,6 +39,27 @@ class CollectorSettings(BaseModel):
         description="Largest accepted request body in bytes; bigger ones get 413. Clients split batches.",
     )
 
+    anonymize_mode: Literal["placeholder", "hmac", "fake"] = Field(
+        default="placeholder",
+        description="What replaces detected PII before storage: `placeholder` (`<EMAIL_1>`, numbered per "
+        "trajectory), `hmac` (`<EMAIL_3f9a1c2b>`, the same in every trajectory for one key) or `fake` "
+        "(format-preserving fake values, deterministic for a value and a key). Env: "
+        "`LOOPLIFT_COLLECTOR_ANONYMIZE_MODE`.",
+    )
+    pseudonym_key: SecretStr | None = Field(
+        default=None,
+        description="Key for `hmac` and `fake` pseudonyms. Env: `LOOPLIFT_COLLECTOR_PSEUDONYM_KEY`; when unset "
+        "the key in `$LOOPLIFT_HOME/collector_pseudonym.key` is used, created (random, mode 0600) on first use. "
+        "Changing it changes every pseudonym.",
+    )
+
+    def make_anonymizer(self, *, preload: bool = False) -> Anonymizer:
+        """The anonymizer ingest uses for these settings (the pseudonym key resolved as documented)."""
+        from ._anonymize import Anonymizer
+
+        key = self.pseudonym_key.get_secret_value() if self.pseudonym_key is not None else None
+        return Anonymizer(self.anonymize_mode, key, preload=preload)
+
     @field_validator("api_keys")
     @classmethod
     def _no_empty_keys(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -43,8 +69,9 @@ class CollectorSettings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> CollectorSettings:
-        """Settings from `LOOPLIFT_COLLECTOR_DB`, `LOOPLIFT_COLLECTOR_KEYS` (comma-separated) and
-        `LOOPLIFT_HOME`; keyword `overrides` (non-None ones) win over the environment.
+        """Settings from `LOOPLIFT_COLLECTOR_DB`, `LOOPLIFT_COLLECTOR_KEYS` (comma-separated),
+        `LOOPLIFT_COLLECTOR_ANONYMIZE_MODE`, `LOOPLIFT_COLLECTOR_PSEUDONYM_KEY` and `LOOPLIFT_HOME`;
+        keyword `overrides` (non-None ones) win over the environment.
 
         Args:
             env: the mapping to read (default `os.environ`); tests pass their own.
@@ -55,6 +82,25 @@ class CollectorSettings(BaseModel):
         kw["db_url"] = db or default_db_url(env.get(_defaults.ENV_HOME) or None)
         keys = env.get(_defaults.ENV_KEYS, "")
         kw["api_keys"] = tuple(k.strip() for k in keys.split(",") if k.strip())
+        mode = env.get(_defaults.ENV_ANONYMIZE_MODE, "").strip()
+        if mode:
+            kw["anonymize_mode"] = mode
+        pkey = env.get(_defaults.ENV_PSEUDONYM_KEY, "").strip()
+        if pkey:
+            kw["pseudonym_key"] = pkey
+        elif (overrides.get("anonymize_mode") or mode or "placeholder") != "placeholder" and not overrides.get("pseudonym_key"):
+            # The key file lives under this environment's LOOPLIFT_HOME (created 0600 if missing).
+            from pathlib import Path
+
+            from sdk._home import ensure_secret
+
+            from ._anonymize import PSEUDONYM_KEY_FILE
+
+            home = Path(env.get(_defaults.ENV_HOME) or _defaults.DEFAULT_HOME).expanduser()
+            try:
+                kw["pseudonym_key"] = ensure_secret(_defaults.ENV_PSEUDONYM_KEY, PSEUDONYM_KEY_FILE, home)
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"cannot read or create the pseudonym key under {home}: {e}") from e
         kw.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**kw)  # type: ignore[arg-type]

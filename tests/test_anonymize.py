@@ -1,14 +1,29 @@
-"""The anonymizer: each entity kind detected, no false positives on code and arithmetic,
-consistent placeholders, whole-trajectory coverage, token ids dropped only when PII was found."""
+"""The anonymizer: each entity kind detected (with offsets into the input) and its near misses not,
+no false positives on code, numbers and capitalized non-names, consistent placeholders, keyed
+pseudonyms and format-preserving fakes, every string of a stored trajectory and feedback covered,
+token ids dropped only when PII was found, and the CLI on the same code path.
+
+The name/address model is trained on first use and cached under $LOOPLIFT_HOME (~10-40 s once)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from collector import AnonymizerState, anonymize_text, anonymize_trajectory
+from collector._anonymize import Anonymizer
+from collector._pii_rules import IBAN_LENGTHS, card_iin_ok, iban_mod97, luhn_ok
+from collector._pseudonyms import _luhn_check_digit
 from sdk._types import (
+    Feedback,
     Message,
     Outcome,
     Step,
@@ -18,28 +33,72 @@ from sdk._types import (
     TurnTokens,
 )
 
+
+def card(prefix: str, length: int) -> str:
+    """A Luhn-valid number of `length` digits starting with `prefix`."""
+    body = prefix + "7" * (length - len(prefix) - 1)
+    return body + _luhn_check_digit(body)
+
+
+def found(text: str, anonymizer: Anonymizer | None = None) -> list[tuple[str, str]]:
+    """(kind, exact input substring) of every replaced span: checks the offsets against the input."""
+    _, ents = anonymize_text(text, anonymizer=anonymizer)
+    return [(e.kind, text[e.start:e.end]) for e in ents]
+
+
+# ---------------------------------------------------------------------------------------------
+# Each kind, in a neutral sentence: replaced exactly, nothing else touched.
+
 DETECTED = [
     ("EMAIL", "john.doe+tag@example.co.uk"),
     ("EMAIL", "a_b@sub.domain.io"),
     ("PHONE", "+44 20 7946 0958"),
     ("PHONE", "+1 (415) 555-2671"),
-    ("PHONE", "+14155552671"),
+    ("PHONE", "+14155552671"),  # E.164
+    ("PHONE", "+1-951-367-8008x3740"),  # extension
+    ("PHONE", "001-541-754-3010"),
+    ("PHONE", "+49(0)30 1234567"),
+    ("PHONE", "+33 (0)5 36 84 33 53"),
+    ("PHONE", "+39 09346937140"),
     ("PHONE", "(555) 123-4567"),
     ("PHONE", "555-123-4567"),
     ("PHONE", "555.123.4567"),
+    ("PHONE", "(184) 267-3418 x872"),
     ("PHONE", "020 7946 0958"),
+    ("PHONE", "(0113) 496 0123"),
+    ("PHONE", "05 36 84 33 53"),
+    ("PHONE", "04952 883143"),
+    ("PHONE", "08-246 820 34"),
+    ("PHONE", "01414960676"),  # unformatted, trunk 0
+    ("PHONE", "8209679701"),  # unformatted NANP
     ("IPV4", "192.168.10.20"),
     ("IPV6", "2001:db8:85a3::8a2e:370:7334"),
     ("IPV6", "fe80::1ff:fe23:4567:890a"),
     ("CREDIT_CARD", "4111 1111 1111 1111"),
     ("CREDIT_CARD", "5500-0055-5555-5559"),
     ("CREDIT_CARD", "378282246310005"),
+    ("CREDIT_CARD", card("501800", 12)),  # Maestro, 12 digits
+    ("CREDIT_CARD", card("6759", 16)),  # Maestro
+    ("CREDIT_CARD", card("1800", 15)),  # JCB, 15 digits
+    ("CREDIT_CARD", card("2131", 15)),  # JCB, 15 digits
+    ("CREDIT_CARD", card("30569", 14)),  # Diners
+    ("CREDIT_CARD", card("6200", 16)),  # UnionPay
+    ("CREDIT_CARD", card("4111", 19)),  # Visa, 19 digits
+    ("CREDIT_CARD", card("2221", 16)),  # Mastercard 2-series
+    ("IBAN", "DE89 3704 0044 0532 0130 00"),
+    ("IBAN", "GB82WEST12345698765432"),
+    ("IBAN", "NL91ABNA0417164300"),
+    ("SSN", "536-22-1234"),
     ("API_KEY", "sk-proj-abcdefghijklmnopqrstuvwxyz123456"),
     ("API_KEY", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
     ("API_KEY", "gho_abcdefghijklmnopqrstuvwxyz0123456789"),
     ("API_KEY", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"),
     ("API_KEY", "AKIAIOSFODNN7EXAMPLE"),
     ("API_KEY", "xoxb-123456789012-abcdefghijklmn"),
+    ("API_KEY", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    ("API_KEY", "glpat-xxXXyyYYzz0011223344"),
+    ("API_KEY", "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW"),
+    ("API_KEY", "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH"),
     ("JWT", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
     ("PRIVATE_KEY", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1\nq2w3e4r5t6==\n-----END RSA PRIVATE KEY-----"),
     ("PRIVATE_KEY", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"),
@@ -48,18 +107,107 @@ DETECTED = [
 
 @pytest.mark.parametrize("kind,value", DETECTED, ids=[f"{k}-{v[:16]}" for k, v in DETECTED])
 def test_each_entity_kind_is_detected_in_context(kind: str, value: str) -> None:
-    text = f"Contact: {value}, thanks."
+    text = f"Note: {value}, thanks."
     out, ents = anonymize_text(text)
     assert value not in out
-    assert out == f"Contact: <{kind}_1>, thanks."
+    assert out == f"Note: <{kind}_1>, thanks."
     assert [(e.kind, text[e.start : e.end]) for e in ents] == [(kind, value)]
 
 
-def test_truncated_private_key_block_is_still_removed() -> None:
-    out, ents = anonymize_text("key:\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nAKcwggSjAgEAAoIBAQC")
-    assert "MIIEvQ" not in out and "AKcwgg" not in out
-    assert ents[0].kind == "PRIVATE_KEY"
+def test_generated_cards_are_valid_for_their_issuer() -> None:
+    for kind, value in DETECTED:
+        if kind == "CREDIT_CARD":
+            digits = re.sub(r"\D", "", value)
+            assert luhn_ok(digits) and card_iin_ok(digits), value
 
+
+# Kinds that are only PII in context: the span is the value, the context stays.
+IN_CONTEXT = [
+    ("SSN", "SSN: 536221234 on file", "536221234"),
+    ("SSN", "social security number 536 22 1234", "536 22 1234"),
+    ("DOB", "Patient born on March 3, 1985, admitted Tuesday.", "March 3, 1985"),
+    ("DOB", "DOB: 12/03/1985", "12/03/1985"),
+    ("DOB", '{"date_of_birth": "1985-03-12"}', "1985-03-12"),
+    ("DOB", "Geburtsdatum: 12.03.1985", "12.03.1985"),
+    ("DOB", "née le 3 mars 1985.", "3 mars 1985"),
+    ("URL_CREDENTIALS", "DATABASE_URL=postgres://admin:s3cr3t@db.example.com:5432/app", "admin:s3cr3t"),
+    ("URL_CREDENTIALS", "git clone https://oauth2:glpat-xx_yy@gitlab.example.com/team/repo.git", "oauth2:glpat-xx_yy"),
+    ("SECRET", "api_key=Zx8s9dK2LmQp4RtV7wYb", "Zx8s9dK2LmQp4RtV7wYb"),
+    ("SECRET", "password: hunter2", "hunter2"),
+    ("SECRET", "DB_PASSWORD=I)+O#biUqDdV1Lq", "I)+O#biUqDdV1Lq"),
+    ("SECRET", '{"client_secret": "k5v(6Rrp!", "grant_type": "client_credentials"}', "k5v(6Rrp!"),
+    ("SECRET", "Authorization: Bearer abcDEF123456ghiJKL789mno", "abcDEF123456ghiJKL789mno"),
+    ("SECRET", "X-Api-Key: 9f8e7d6c5b4a39281726354a", "9f8e7d6c5b4a39281726354a"),
+    ("PHONE", "Tel.: 385357855", "385357855"),  # any 8-12 digits when called a phone
+    ("PHONE", "secondary=490.699.6030", "490.699.6030"),
+    ("PHONE", "> 801.375.9494", "801.375.9494"),
+    ("CREDIT_CARD", "cc=4111111111111111", "4111111111111111"),
+]
+
+
+@pytest.mark.parametrize("kind,text,value", IN_CONTEXT, ids=[f"{k}-{t[:24]}" for k, t, _ in IN_CONTEXT])
+def test_contextual_kinds_replace_only_the_value(kind: str, text: str, value: str) -> None:
+    out, ents = anonymize_text(text)
+    assert [(e.kind, text[e.start:e.end]) for e in ents] == [(kind, value)]
+    assert out == text.replace(value, f"<{kind}_1>")
+
+
+def test_url_credentials_keep_scheme_host_and_path() -> None:
+    out, _ = anonymize_text("redis://default:pa55w0rd@cache-1.internal:6379/0")
+    assert out == "redis://<URL_CREDENTIALS_1>@cache-1.internal:6379/0"
+
+
+# Near misses: the same shapes, but not PII (or not valid).
+NEAR_MISSES = [
+    ("CREDIT_CARD", "card 4111 1111 1111 1112"),  # Luhn
+    ("CREDIT_CARD", "card 378282246310006"),
+    ("CREDIT_CARD", "card 9111111111111111"),  # no issuer starts with 9
+    ("CREDIT_CARD", "user_id = 4556737586899855"),  # an id in code
+    ("CREDIT_CARD", "ts = 1700000000000"),  # ms timestamp (passes Luhn, starts with 1)
+    ("IBAN", "IBAN DE89 3704 0044 0532 0130 01"),  # mod-97
+    ("IBAN", "ref XX89370400440532013000"),  # no such country
+    ("IBAN", "ref DE8937040044053201300"),  # wrong length for DE
+    ("SSN", "id 000-12-3456"),
+    ("SSN", "id 666-12-3456"),
+    ("SSN", "id 900-12-3456"),
+    ("SSN", "id 536-00-1234"),
+    ("SSN", "id 536-22-0000"),
+    ("SSN", "order 536221234 shipped"),  # bare nine digits without "SSN"
+    ("DOB", "Meeting on March 3, 1985 in Ohio."),  # a date, not a birth date
+    ("DOB", "born on 2999-01-01"),  # the future
+    ("DOB", "DOB: 31/31/1985"),  # not a date
+    ("URL_CREDENTIALS", "see https://github.com/user/repo and ssh://git@github.com/x.git"),
+    ("URL_CREDENTIALS", "http://example.com:8080/path?user=a"),
+    ("SECRET", "max_tokens=4096, token_count: 123456"),
+    ("SECRET", "api_key=os.environ['OPENAI_API_KEY']"),
+    ("SECRET", "password: ${DB_PASSWORD}"),
+    ("SECRET", "api_key=<your key here>"),
+    ("SECRET", "secret_name = 'prod-db-credentials'"),
+    ("SECRET", 'password_field = "password"'),
+    ("SECRET", '"secret": "my-app-secret"'),  # low entropy, no digits
+    ("SECRET", "The key is in the drawer; the token ring is closed."),
+    ("PHONE", "x = 2147483647"),
+    ("PHONE", "order #5551234567"),
+    ("PHONE", "Meeting moved to 05/06/2024 10:30"),
+    ("PHONE", "epoch 1712345678 and 1712345679"),
+    ("PHONE", "f(4155552671) + 3"),
+    ("IPV4", "Listening on 0.0.0.0:8080 and 127.0.0.1"),
+    ("IPV4", "upgrade to v1.2.3.4"),
+    ("API_KEY", "sk-short and sk_ not keys"),
+    ("PERSON", "We use Docker and Kubernetes on AWS in Frankfurt."),
+    ("PERSON", "ValueError: invalid literal for int() with base 10"),
+    ("ADDRESS", "Released version 2.4.1 on Tuesday; see the GitHub Actions log."),
+    ("ADDRESS", "Timestamp 1712345678901 ms, Build 2024 took 35 s."),
+]
+
+
+@pytest.mark.parametrize("kind,text", NEAR_MISSES, ids=[f"{k}-{t[:24]}" for k, t in NEAR_MISSES])
+def test_near_misses_are_left_alone(kind: str, text: str) -> None:
+    assert not [k for k, _ in found(text) if k == kind]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hard negatives: code, numbers, ids and capitalized text without PII stay byte-identical.
 
 NOT_PII = [
     "37+58*2",
@@ -70,7 +218,8 @@ NOT_PII = [
     "2024-01-15",
     "01/15/2024",
     "2024-01-15T10:20:30Z",
-    "version 1.2.3, v10.4.22, 1.2.3-alpha.4",
+    "2024-01-15 10:20:30.123456+00:00",
+    "version 1.2.3, v10.4.22, 1.2.3-alpha.4, numpy==2.3.5 torch==2.13.0",
     "pi = 3.14159265358979",
     "for i in range(100, 200, 300): print(i*2-1)",
     "a[::2] + b[1::2] + c[100::200]",
@@ -80,22 +229,103 @@ NOT_PII = [
     "sum([10, 20, 30]) == 60 and 10 - 20 - 30 == -40",
     "def f(x):\n    return x**2 + 3*x - 7\nprint(f(12), 1e-10, 0.5 * 100)",
     "hash 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b (HEAD -> main)",
+    "request_id=550e8400-e29b-41d4-a716-446655440000 trace=4bf92f3577b34da6a3ce929d0e0e4736",
+    "Listening on port 8080, pid 48213, workers 4",
+    "MAX = 2147483647; UMAX = 4294967295; seed = 1234567890",
+    "ids = [4155552671, 4155552672, 4155552673]",
+    "max_tokens=4096, temperature=0.7, top_p=0.95",
     "sk-short and sk_ not keys",
     "Task: compute (123 + 456) * 789 - 1011 / 12",
+    "Score: 87/100, rank 1234 of 56789.",
+    "The population grew from 12,345,678 to 23,456,789 in 2021.",
+    "Coordinates 48.85661, 2.35222 (accuracy 12 m).",
+    "We deploy FastAPI on Kubernetes with Postgres and Redis in the Frankfurt region.",
+    "Traceback (most recent call last):\n  File \"app.py\", line 12, in main\nValueError: bad input",
+    "ERROR 2024-03-14 worker-3 processed batch 81234 in 0.52s (queue depth 17)",
+    "class UserService(BaseService):\n    MAX_RETRIES = 5\n    def get(self, user_id: int) -> User: ...",
+    "Monday's meeting moved to March 3; the Sales team will present the Q3 report.",
 ]
 
 
 @pytest.mark.parametrize("text", NOT_PII)
-def test_no_false_positives_on_code_arithmetic_dates_versions(text: str) -> None:
+def test_no_false_positives_on_code_numbers_and_capitalized_text(text: str) -> None:
     out, ents = anonymize_text(text)
     assert ents == [] and out == text
 
 
-@pytest.mark.parametrize("number", ["4111 1111 1111 1112", "5500-0055-5555-5558", "378282246310006", "4012888888881882"])
-def test_luhn_invalid_numbers_are_not_cards(number: str) -> None:
-    out, ents = anonymize_text(f"card {number}")
-    assert not any(e.kind == "CREDIT_CARD" for e in ents)
-    assert number in out
+# ---------------------------------------------------------------------------------------------
+# Names and addresses (the trained model).
+
+NAMES_AND_ADDRESSES = [
+    ("Please contact Maria Garcia for details.", [("PERSON", "Maria Garcia")]),
+    ("I met John Smith yesterday.", [("PERSON", "John Smith")]),
+    ("Dear Mr. Thompson,\nthanks for your order.", [("PERSON", "Thompson")]),
+    ("Ticket reopened by Eliza Frost after testing.", [("PERSON", "Eliza Frost")]),
+    ("The invoice was sent to Jürgen Müller in Hamburg.", [("PERSON", "Jürgen Müller")]),
+    ("The PR by Sophie Martin fixes the Redis timeout.", [("PERSON", "Sophie Martin")]),
+    ("assert user.name == 'Alice Johnson'", [("PERSON", "Alice Johnson")]),
+    ("Ship it to 221B Baker Street, London NW1 6XE.", [("ADDRESS", "221B Baker Street, London NW1 6XE")]),
+    ("Our office moved to 1600 Amphitheatre Parkway, Mountain View, CA 94043.",
+     [("ADDRESS", "1600 Amphitheatre Parkway, Mountain View, CA 94043")]),
+    ("Lieferadresse: Hauptstraße 5, 10115 Berlin", [("ADDRESS", "Hauptstraße 5, 10115 Berlin")]),
+    ("Envoyez-le au 12 rue de la Paix, 75002 Paris.", [("ADDRESS", "12 rue de la Paix, 75002 Paris")]),
+]
+
+
+@pytest.mark.parametrize("text,expected", NAMES_AND_ADDRESSES, ids=[t[:30] for t, _ in NAMES_AND_ADDRESSES])
+def test_names_and_addresses(text: str, expected: list[tuple[str, str]]) -> None:
+    assert found(text) == expected
+
+
+def test_placeholders_and_constants_are_not_names() -> None:
+    text = "<PERSON_1> met <PERSON_2>; MAX_RETRIES and HTTP_TIMEOUT_SECONDS are CONSTANT_NAMES"
+    assert found(text) == []
+
+
+def test_name_model_is_cached_as_plain_arrays_and_json() -> None:
+    from collector._names import NameModelConfig, _model_dir, load_name_model
+
+    load_name_model()
+    path = _model_dir(NameModelConfig(), None)
+    assert sorted(p.name for p in path.iterdir()) == ["model.json", "weights.npz"]
+    import numpy as np
+
+    with np.load(path / "weights.npz", allow_pickle=False) as w:  # no pickle anywhere
+        assert w["coef"].shape[0] == 3
+    meta = json.loads((path / "model.json").read_text())
+    assert meta["config"]["key"] == NameModelConfig().key()
+    assert meta["stats"]["seconds"]["total"] > 0
+
+
+def test_name_model_training_is_deterministic_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from collector import _names
+
+    small = _names.NameModelConfig(n_sentences=1500, seed=3)
+    a, b = _names.train(small), _names.train(small)
+    assert a["vocab"] == b["vocab"] and np.array_equal(a["coef"], b["coef"])
+    _names._cache.pop(small.key(), None)
+    model = _names.load_name_model(small, home=tmp_path)  # trains and writes the cache
+    assert (_names._model_dir(small, tmp_path) / "weights.npz").is_file()
+    _names._cache.pop(small.key(), None)
+    monkeypatch.setattr(_names, "train", lambda *a, **k: pytest.fail("retrained despite the cache"))
+    again = _names.load_name_model(small, home=tmp_path)
+    assert again.find("Please contact Maria Garcia.") == model.find("Please contact Maria Garcia.")
+
+
+def test_name_model_config_key_tracks_every_field() -> None:
+    from collector._names import NameModelConfig
+
+    base = NameModelConfig()
+    assert NameModelConfig().key() == base.key()
+    assert NameModelConfig(seed=1).key() != base.key()
+    assert NameModelConfig(n_sentences=1000).key() != base.key()
+
+
+# ---------------------------------------------------------------------------------------------
+# Placeholders, keyed pseudonyms, fakes.
 
 
 def test_same_value_same_placeholder_within_state_and_new_values_count_up() -> None:
@@ -108,12 +338,91 @@ def test_same_value_same_placeholder_within_state_and_new_values_count_up() -> N
 
 
 def test_overlapping_candidates_longest_most_specific_wins() -> None:
-    # The card contains phone- and IP-looking substrings; the PEM block contains base64 that
-    # looks like nothing in particular; an IPv4-mapped IPv6 contains an IPv4.
-    out, ents = anonymize_text("4111-1111-1111-1111 and ::ffff:192.168.1.20 and 10.0.0.1")
-    assert out == "<CREDIT_CARD_1> and <IPV6_1> and <IPV4_1>"
+    # The card contains phone- and IP-looking substrings; the IBAN contains a phone-looking tail;
+    # an IPv4-mapped IPv6 contains an IPv4; the password@host of a URL looks like an e-mail.
+    text = "4111-1111-1111-1111 and ::ffff:192.168.1.20 and 10.0.0.1 and DE89 3704 0044 0532 0130 00 and ftp://u:pw@x.org"
+    out, ents = anonymize_text(text)
+    assert out == "<CREDIT_CARD_1> and <IPV6_1> and <IPV4_1> and <IBAN_1> and ftp://<URL_CREDENTIALS_1>@x.org"
     spans = sorted((e.start, e.end) for e in ents)
     assert all(spans[i][1] <= spans[i + 1][0] for i in range(len(spans) - 1))
+
+
+def test_hmac_pseudonyms_are_stable_across_trajectories_and_depend_on_the_key() -> None:
+    a = Anonymizer("hmac", key="k1", names=False)
+    first = a.trajectory(_traj()).messages[1].content
+    second = a.trajectory(_traj()).messages[1].content  # a separate trajectory, a fresh state
+    assert first == second
+    assert re.fullmatch(r"Email <EMAIL_[0-9a-f]{8}> about invoice 42", first or "")
+    other = Anonymizer("hmac", key="k2", names=False).trajectory(_traj()).messages[1].content
+    assert other != first
+    # Normalized like placeholders: case does not change the pseudonym.
+    assert a.text("JANE@corp.example")[0] == a.text("jane@corp.example")[0]
+
+
+def test_hmac_key_comes_from_the_environment_or_a_0600_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector._anonymize import PSEUDONYM_KEY_FILE
+
+    monkeypatch.setenv("LOOPLIFT_HOME", str(tmp_path))
+    monkeypatch.delenv("LOOPLIFT_COLLECTOR_PSEUDONYM_KEY", raising=False)
+    a = Anonymizer("hmac", names=False)
+    key_file = tmp_path / PSEUDONYM_KEY_FILE
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert Anonymizer("hmac", names=False).text("x@y.org")[0] == a.text("x@y.org")[0]  # the file is reused
+    assert Anonymizer("hmac", key=key_file.read_text().strip(), names=False).text("x@y.org")[0] == a.text("x@y.org")[0]
+    monkeypatch.setenv("LOOPLIFT_COLLECTOR_PSEUDONYM_KEY", "from-env")
+    assert Anonymizer("hmac", names=False).text("x@y.org")[0] == Anonymizer("hmac", key="from-env", names=False).text("x@y.org")[0]
+    assert "from-env" not in repr(Anonymizer("hmac", names=False))
+
+
+FAKE_CASES = [
+    ("EMAIL", "Mail jane.doe@corp.example today", "jane.doe@corp.example"),
+    ("PHONE", "Call +44 20 7946 0958 today", "+44 20 7946 0958"),
+    ("PHONE", "Call (415) 555-2671 today", "(415) 555-2671"),
+    ("PHONE", "Call 05 36 84 33 53 today", "05 36 84 33 53"),
+    ("CREDIT_CARD", "Card 4111 1111 1111 1111 today", "4111 1111 1111 1111"),
+    ("IBAN", "IBAN DE89 3704 0044 0532 0130 00 today", "DE89 3704 0044 0532 0130 00"),
+    ("IPV4", "Host 192.168.10.20 today", "192.168.10.20"),
+    ("IPV6", "Host 2001:db8:85a3::8a2e:370:7334 today", "2001:db8:85a3::8a2e:370:7334"),
+    ("SSN", "SSN 536-22-1234 today", "536-22-1234"),
+]
+
+
+@pytest.mark.parametrize("kind,text,value", FAKE_CASES, ids=[k + "-" + v[:10] for k, _, v in FAKE_CASES])
+def test_fakes_keep_the_format_and_are_deterministic(kind: str, text: str, value: str) -> None:
+    fake = Anonymizer("fake", key="k1", names=False)
+    out, ents = fake.text(text)
+    replacement = ents[0].placeholder
+    assert value not in out and out == text.replace(value, replacement)
+    assert fake.text(text)[0] == out  # same value + key -> same fake
+    assert Anonymizer("fake", key="k2", names=False).text(text)[0] != out  # another key, another fake
+    # Still the same kind of thing: the detector finds it again, with the same shape.
+    assert [k for k, _ in found(replacement, Anonymizer(names=False))] == [kind]
+    assert re.sub(r"[0-9]", "0", re.sub(r"[a-z]", "a", replacement)) == re.sub(r"[0-9]", "0", re.sub(r"[a-z]", "a", value)) \
+        or kind in ("EMAIL", "IPV4", "IPV6")
+    if kind == "CREDIT_CARD":
+        assert luhn_ok(re.sub(r"\D", "", replacement))
+    if kind == "IBAN":
+        compact = replacement.replace(" ", "")
+        assert iban_mod97(compact) == 1 and len(compact) == IBAN_LENGTHS["DE"] and compact[:2] == "DE"
+    if kind == "EMAIL":
+        assert replacement.endswith(("@example.com", "@example.net", "@example.org"))
+
+
+def test_fake_names_keep_word_count_and_case() -> None:
+    fake = Anonymizer("fake", key="k1")
+    out, ents = fake.text("Please contact Maria Garcia for details.")
+    (name,) = [e.placeholder for e in ents if e.kind == "PERSON"]
+    assert len(name.split()) == 2 and all(w[0].isupper() for w in name.split()) and "Maria" not in out
+    assert fake.text("Please contact Maria Garcia for details.")[0] == out
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="placeholder, hmac, fake"):
+        Anonymizer("reversible")
+
+
+# ---------------------------------------------------------------------------------------------
+# Trajectories: every string, one replacement map, token ids.
 
 
 def _traj(turn_ids: bool = True, pii: bool = True) -> Trajectory:
@@ -163,6 +472,20 @@ def test_trajectory_every_string_covered_with_one_placeholder_map() -> None:
     assert anon.messages[3].tool_call_id == "call_1" and anon.messages[2].tool_calls[0].id == "call_1"
 
 
+def test_json_strings_with_escapes_are_decoded_before_detection() -> None:
+    # json.dumps escapes non-ASCII: "Jürgen Müller" would hide behind \u00fc; a line break behind \n.
+    args = json.dumps({"to": "Jürgen Müller", "address": "Hauptstraße 5\n10115 Berlin", "n": 1})
+    assert "\\u00fc" in args
+    traj = _traj()
+    traj.messages[2].tool_calls[0].function.arguments = args  # type: ignore[index]
+    anon = anonymize_trajectory(traj)
+    new_args = anon.messages[2].tool_calls[0].function.arguments  # type: ignore[index]
+    decoded = json.loads(new_args)
+    assert decoded["n"] == 1 and "Müller" not in new_args and "M\\u00fcller" not in new_args
+    assert decoded["to"].startswith("<PERSON_") and decoded["address"].startswith("<ADDRESS_")
+    assert new_args == json.dumps(decoded)  # re-encoded in the original's style (json.dumps defaults)
+
+
 def test_token_ids_dropped_when_pii_found() -> None:
     anon = anonymize_trajectory(_traj(pii=True))
     t = anon.turns[0]
@@ -179,8 +502,130 @@ def test_token_ids_kept_when_no_pii() -> None:
     assert anon == original
 
 
+# Every place a string can hide in a stored row, each with its own kinds of PII.
+SECRETS_BY_PLACE = {
+    "task": "Alice Johnson",
+    "system": "alice.johnson@example.org",
+    "user": "+44 20 7946 0958",
+    "user_name": "Bob Lee",
+    "tool_args": "4111 1111 1111 1111",
+    "tool_args_escaped": "Jürgen Müller",
+    "tool_name": "DE89 3704 0044 0532 0130 00",
+    "tool_output": "536-22-1234",
+    "assistant": "Hauptstraße 5, 10115 Berlin",
+    "action": "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "observation": "192.168.77.12",
+    "info_key": "carol@example.net",
+    "info_value": "2001:db8:85a3::8a2e:370:7334",
+    "outcome_error": "s3cr3t-Pa55",
+    "outcome_details": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "metadata_nested": "March 3, 1985",
+    "metadata_list": "+1 (415) 555-2671",
+    "metadata_key": "dave@example.com",
+    "feedback_correction": "Erin Walsh",
+    "feedback_text": "erin.walsh@example.com",
+}
+
+
+def _traj_everywhere() -> Trajectory:
+    s = SECRETS_BY_PLACE
+    return Trajectory(
+        id="traj-pii-everywhere",
+        task_id=f"support ticket for {s['task']}",
+        model="policy",
+        messages=[
+            Message(role="system", content=f"Escalations go to {s['system']}."),
+            Message(role="user", name="Bob_Lee", content=f"I'm {s['user_name']}, call me on {s['user']}."),
+            Message(role="assistant", content=None, tool_calls=[
+                ToolCall(id="call_1", function=ToolCallFunction(
+                    name="pay", arguments=json.dumps({"card": s["tool_args"], "holder": s["tool_args_escaped"],
+                                                       "iban": s["tool_name"]}))),
+            ]),
+            Message(role="tool", tool_call_id="call_1", content=json.dumps({"ok": True, "ssn_on_file": f"SSN {s['tool_output']}"})),
+            Message(role="assistant", content=f"Done. The parcel goes to {s['assistant']}."),
+        ],
+        steps=[Step(index=0, action=f"git push https://{s['action']}@github.com/x/y",
+                    observation=f"connected to {s['observation']}",
+                    info={s["info_key"]: {"peer": s["info_value"]}})],
+        outcome=Outcome(success=False, reward=0.0, error=f"login failed: password={s['outcome_error']}",
+                        details={"session": s["outcome_details"]}),
+        metadata={"user": {"profile": {"dob": f"born on {s['metadata_nested']}"}},
+                  "phones": ["x", s["metadata_list"]], s["metadata_key"]: True},
+    )
+
+
+def test_no_pii_survives_in_any_stored_string(tmp_path: Path) -> None:
+    from collector import open_store
+
+    db = tmp_path / "c.db"
+    store = open_store(f"sqlite:///{db}")
+    try:
+        store.add_trajectories([_traj_everywhere()])
+        store.add_feedback(Feedback(trajectory_id="traj-pii-everywhere", rating=-1.0,
+                                    correction=f"Ask {SECRETS_BY_PLACE['feedback_correction']} instead.",
+                                    text=f"Reply to {SECRETS_BY_PLACE['feedback_text']}"))
+    finally:
+        store.close()
+    with sqlite3.connect(db) as conn:
+        raw_rows = [" ".join(str(c) for c in r) for r in conn.execute("SELECT * FROM trajectories")]
+        raw_rows += [" ".join(str(c) for c in r) for r in conn.execute("SELECT * FROM feedback")]
+        (data,) = conn.execute("SELECT data FROM trajectories").fetchone()
+    raw = "\n".join(raw_rows)
+    # Also the stored JSON decoded, and every JSON string inside it decoded again (tool arguments,
+    # tool output), so that no "\u00fc" escape can hide a value from the check.
+    def strings(v: object) -> list[str]:
+        if isinstance(v, str):
+            try:
+                inner = json.loads(v)
+            except ValueError:
+                return [v]
+            return [v, *strings(inner)] if isinstance(inner, (dict, list)) else [v]
+        if isinstance(v, dict):
+            return [x for k, val in v.items() for x in (*strings(k), *strings(val))]
+        if isinstance(v, list):
+            return [x for item in v for x in strings(item)]
+        return []
+    decoded = "\n".join(strings(json.loads(data)))
+    for place, value in SECRETS_BY_PLACE.items():
+        assert value not in raw and value not in decoded, f"{place}: {value!r} survived"
+    assert "traj-pii-everywhere" in raw and "call_1" in raw  # ids kept, rows joinable
+
+
+def test_store_uses_the_configured_pseudonyms(tmp_path: Path) -> None:
+    from collector import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'c.db'}", anonymizer=Anonymizer("hmac", key="k", names=False))
+    try:
+        t1, t2 = _traj(), _traj()
+        t2.id = "second"
+        store.add_trajectories([t1, t2])
+        a, b = store.get(t1.id), store.get("second")
+    finally:
+        store.close()
+    assert a is not None and b is not None
+    assert a.messages[1].content == b.messages[1].content  # stable across trajectories
+    assert re.fullmatch(r"Email <EMAIL_[0-9a-f]{8}> about invoice 42", a.messages[1].content or "")
+
+
+def test_settings_read_the_mode_and_create_the_key(tmp_path: Path) -> None:
+    from collector import CollectorSettings
+    from collector.errors import ConfigError
+
+    s = CollectorSettings.from_env({"LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_COLLECTOR_ANONYMIZE_MODE": "hmac"})
+    assert s.anonymize_mode == "hmac" and s.pseudonym_key is not None
+    assert stat.S_IMODE((tmp_path / "collector_pseudonym.key").stat().st_mode) == 0o600
+    assert s.pseudonym_key.get_secret_value() not in repr(s)
+    assert s.make_anonymizer().mode == "hmac"
+    s2 = CollectorSettings.from_env({"LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_COLLECTOR_ANONYMIZE_MODE": "fake",
+                                     "LOOPLIFT_COLLECTOR_PSEUDONYM_KEY": "k"})
+    assert s2.pseudonym_key is not None and s2.pseudonym_key.get_secret_value() == "k"
+    assert CollectorSettings.from_env({"LOOPLIFT_HOME": str(tmp_path)}).anonymize_mode == "placeholder"
+    with pytest.raises(ConfigError):
+        CollectorSettings.from_env({"LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_COLLECTOR_ANONYMIZE_MODE": "rot13"})
+
+
 def test_placeholders_are_not_re_detected() -> None:
-    once, _ = anonymize_text("mail x@y.com, call +44 20 7946 0958, card 4111 1111 1111 1111")
+    once, _ = anonymize_text("mail x@y.com, call +44 20 7946 0958, card 4111 1111 1111 1111, ask Maria Garcia")
     twice, ents = anonymize_text(once)
     assert twice == once and ents == []
 
@@ -189,25 +634,44 @@ def test_large_text_without_pii_is_linear_and_unchanged() -> None:
     text = "for i in range(10):\n    total += i * 37 - 5  # 2024-01-15 v1.2.3\n" * 20_000  # ~1.2 MB
     out, ents = anonymize_text(text)
     assert ents == [] and out == text
+    code = "class Handler(BaseHandler):\n    def Run(self, Request: HttpRequest) -> None:\n        Log.Info('ok')\n" * 5_000
+    out, ents = anonymize_text(code)
+    assert ents == [] and out == code
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: the same code path.
+
+
+def _cli(args: list[str], stdin: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    exe = str(Path(sys.executable).parent / "collector")
+    return subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
 
 
 def test_cli_anonymize_jsonl_offsets_point_into_the_input() -> None:
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    exe = str(Path(sys.executable).parent / "collector")
-    text = "reach ann@example.org from 192.168.1.20, card 4111 1111 1111 1111"
+    text = "reach ann@example.org from 192.168.1.20, card 4111 1111 1111 1111, ask Maria Garcia"
     lines = json.dumps({"text": text}) + "\n" + json.dumps({"text": "print(37+58*2)"}) + "\n"
-    p = subprocess.run([exe, "anonymize", "--json"], input=lines, capture_output=True, text=True, timeout=60)
+    p = _cli(["anonymize", "--json"], lines)
     assert p.returncode == 0, p.stderr
     first, second = (json.loads(x) for x in p.stdout.splitlines())
-    assert first["text"] == "reach <EMAIL_1> from <IPV4_1>, card <CREDIT_CARD_1>"
+    assert first["text"] == "reach <EMAIL_1> from <IPV4_1>, card <CREDIT_CARD_1>, ask <PERSON_1>"
     assert [text[e["start"]:e["end"]] for e in first["entities"]] == [
-        "ann@example.org", "192.168.1.20", "4111 1111 1111 1111"]
-    assert [e["type"] for e in first["entities"]] == ["EMAIL", "IPV4", "CREDIT_CARD"]
+        "ann@example.org", "192.168.1.20", "4111 1111 1111 1111", "Maria Garcia"]
+    assert [e["type"] for e in first["entities"]] == ["EMAIL", "IPV4", "CREDIT_CARD", "PERSON"]
     assert second == {"text": "print(37+58*2)", "entities": []}
-    bad = subprocess.run([exe, "anonymize", "--json"], input='{"txt": 1}\n', capture_output=True, text=True,
-                         timeout=60)
+    bad = _cli(["anonymize", "--json"], '{"txt": 1}\n')
     assert bad.returncode == 2 and "line 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cli_modes_match_the_library(tmp_path: Path) -> None:
+    line = json.dumps({"text": "mail ann@example.org"}) + "\n"
+    env = {"LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_COLLECTOR_PSEUDONYM_KEY": "cli-key"}
+    hm = _cli(["anonymize", "--json", "--mode", "hmac"], line, env)
+    assert hm.returncode == 0, hm.stderr
+    expected = Anonymizer("hmac", key="cli-key", names=False).text("mail ann@example.org")[0]
+    assert json.loads(hm.stdout)["text"] == expected
+    fk = _cli(["anonymize", "--json", "--mode", "fake"], line, env)
+    assert json.loads(fk.stdout)["text"] == Anonymizer("fake", key="cli-key", names=False).text("mail ann@example.org")[0]
+    bad = _cli(["anonymize", "--mode", "rot13"], "x\n", env)
+    assert bad.returncode == 2 and "anonymize_mode" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,820 @@
+"""Rule-based detectors: one compiled regex per format plus a validator for what a regex alone
+cannot decide (Luhn and issuer ranges for cards, mod-97 for IBANs, SSA rules for SSNs, calendar
+checks for dates of birth, Shannon entropy for secrets, `ipaddress` for IPv6) and a look at the
+few characters before a number (is it `phone:` or `order #`, `x = ` in code, an operand of `+`?).
+
+Speed comes from not running patterns where they cannot match: a cheap trigger per detector
+(`"@" in text`, a key prefix, `"://"`), for the digit-based detectors a scan restricted to runs of
+digits and phone/card punctuation (not those inside hashes and UUIDs), class-first patterns that
+`re` can skip through in C, and masking: keys, tokens, PEM blocks and e-mails are found first and
+blanked out, so nothing else looks for numbers or names inside them.
+
+`find(text)` returns candidates `(start, end, tier, rank, kind, key)`; the anonymizer picks
+non-overlapping ones. `key` is the normalized value (same value, same pseudonym).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import date
+
+Candidate = tuple[int, int, int, int, str, str]  # start, end, tier, rank, kind, key
+
+# ---------------------------------------------------------------------------------------------
+# Context around numbers
+
+# Runs only for numbers that matched a phone or card pattern, but on every such number: string
+# operations and lowercase patterns, no case-insensitive alternations (7x slower in `re`).
+# `name = ` / `"name": ` right before a value; group 1 is the name, 2 and 4 the spaces, 3 the operator.
+_ASSIGNED = re.compile(r"([A-Za-z_][\w.\-]*)[\"']?(\s*)(=|:|=>|:=)(\s*)[\"']?$")
+_PHONE_WORDS = re.compile(
+    r"tel|phone|mobile|cell|fax|call|contact|reach|sms|whats ?app|dial|telefon|téléphone|"
+    r"portable|handy|móvil|cellulare|numéro|nummer|número|numero|hotline|landline"
+)
+_CARD_WORDS = re.compile(r"card|cc|pan|credit|debit|visa|master|amex|payment|pay")
+_ID_IDENT = re.compile(
+    r"(?:^|_|-|\.)(?:id|ids|uid|pid|no|nr|num|order|invoice|ticket|account|acct|ref|seed|ts|timestamp|time|"
+    r"epoch|port|size|bytes|count|total|sum|max|min|len|length|hash|version|build|serial|sku|upc|ean|isbn|zip|"
+    r"postal|amount|price|balance|step|steps|iter|offset|limit|nonce|block|height|lat|lon|n|x|y|z|i|j|k)(?:$|_|-)"
+    r"|id$|ids$|count$|size$|bytes$|hash$"
+)
+# The word right before a number that makes it an id or a count ("order 5551234567", "#4821").
+_ID_WORDS = frozenset(
+    "id ids uid pid # no no. nr nr. num order invoice ticket account acct ref seed ts timestamp time epoch port "
+    "size bytes count total sum max min len length hash version build serial sku upc ean isbn zip postal amount "
+    "price balance step iter offset limit nonce block height".split()
+)
+_OP_AFTER = re.compile(r"\s*(?:[+*%^]|-\s|==|!=|<=|>=)")
+_CLOSE_AFTER = re.compile(r"\s*[)\]]")
+_LIST_ITEM = re.compile(r"\s*,")
+_DIV_AFTER = re.compile(r"\s*/")
+
+
+def _last_word(before: str) -> str:
+    """The last whitespace-separated word of `before`, lowercased, without trailing `:`, `=`, quotes."""
+    parts = before.split()
+    if not parts:
+        return ""
+    w = parts[-1].lower().rstrip(":=\"'(")
+    return w or (parts[-2].lower().rstrip(":=\"'(") if len(parts) > 1 else "")
+
+
+def _context(text: str, start: int, end: int, positive: re.Pattern[str], strict: bool) -> int:
+    """+1 if the value is introduced as what `positive` names, -1 if as an id, a count or an operand,
+    else 0. `strict` (unformatted digit runs): also -1 when assigned in code style (`x = 123`) or
+    inside brackets, where bare numbers are almost always just numbers; `key=value` and `key: value`
+    (configs, logs, query strings) stay neutral."""
+    before = text[max(0, start - 32):start]
+    tail = before.rstrip(" \t\"'")
+    last = tail[-1:]
+    if last in ("=", ":", ">") and last:
+        m = _ASSIGNED.search(before)
+        if m:
+            ident, op = m.group(1).lower(), m.group(3)
+            if positive.search(ident):
+                return 1
+            code_style = op != ":" and m.group(2) and m.group(4)
+            if _ID_IDENT.search(ident) or (strict and code_style) or _OP_AFTER.match(text, end):
+                return -1
+            return 0
+    if positive.search(before[-20:].lower()):
+        return 1
+    word = _last_word(before)
+    if word in _ID_WORDS or word.startswith("#") or last in ("+", "*", "%", "^", "=") or tail.endswith(" -") \
+            or _OP_AFTER.match(text, end):
+        return -1
+    if strict and (last in ("(", "[", "/") or _CLOSE_AFTER.match(text, end) or _DIV_AFTER.match(text, end)
+                   or (last == "," and _LIST_ITEM.match(text, end))):
+        return -1
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Validators
+
+
+_NON_DIGITS = re.compile(r"[^0-9]+")
+
+
+def _digits(s: str) -> str:
+    return _NON_DIGITS.sub("", s)
+
+
+def luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2 == 1:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+def card_iin_ok(d: str) -> bool:
+    """Does the number start with an issuer prefix that issues numbers of this length?"""
+    n = len(d)
+    p2, p3, p4, p6 = int(d[:2]), int(d[:3]), int(d[:4]), int(d[:6])
+    if d[0] == "4":
+        return n in (13, 16, 19)  # Visa
+    if 51 <= p2 <= 55 or 2221 <= p4 <= 2720:
+        return n == 16  # Mastercard
+    if p2 in (34, 37):
+        return n == 15  # American Express
+    if 300 <= p3 <= 305 or p2 in (36, 38, 39) or p4 == 3095:
+        return 14 <= n <= 19  # Diners Club
+    if p2 == 35:
+        return 16 <= n <= 19  # JCB (assigned 3528-3589; test data uses all of 35xx)
+    if p4 in (1800, 2131):
+        return n == 15  # JCB (legacy 15-digit)
+    if p4 == 6011 or 644 <= p3 <= 649 or p2 == 65 or 622126 <= p6 <= 622925:
+        return 16 <= n <= 19  # Discover
+    if 2200 <= p4 <= 2204:
+        return 16 <= n <= 19  # Mir
+    if p2 == 62 or p2 == 81:
+        return 16 <= n <= 19  # UnionPay
+    if p2 == 50 or 56 <= p2 <= 69:
+        return 12 <= n <= 19  # Maestro (incl. 6304, 6759, 676x)
+    if p4 == 9792:
+        return n == 16  # Troy
+    return False
+
+
+_CARD_GROUPS = {(4, 4, 4, 4), (4, 6, 5), (4, 6, 4), (4, 4, 4, 4, 3), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3),
+                (4, 4, 5), (4, 4, 4), (4, 4, 4, 4, 1), (4, 4, 4, 4, 2), (4, 4, 4, 5), (6, 13), (4, 5, 5)}
+
+
+def _card(text: str, m: re.Match[str]) -> str | None:
+    s = m.group(0)
+    digits = _digits(s)
+    if not 12 <= len(digits) <= 19 or len(set(digits)) == 1:
+        return None
+    seps = {c for c in s if c in " -"}
+    if len(seps) > 1:  # mixed separators are tables, not card numbers
+        return None
+    if seps:
+        groups = tuple(len(g) for g in re.split(r"[ -]", s))
+        if groups not in _CARD_GROUPS:
+            return None
+    if not (card_iin_ok(digits) and luhn_ok(digits)):
+        return None
+    if not seps and _context(text, m.start(), m.end(), _CARD_WORDS, strict=True) < 0:
+        return None
+    return digits
+
+
+def _phone_intl(text: str, m: re.Match[str]) -> str | None:
+    s = m.group(0)
+    core = re.sub(r"(?i)\s*(?:x|ext\.?|extension|#)\s*\d+$", "", s)
+    digits = _digits(core.replace("(0)", ""))
+    if s.startswith("00"):
+        digits = digits[2:]
+        if not 9 <= len(digits) <= 15 or not re.search(r"[ .\-()/]", core):
+            return None
+    elif not 8 <= len(digits) <= 15:
+        return None
+    if _context(text, m.start(), m.end(), _PHONE_WORDS, strict=False) < 0:
+        return None
+    return "+" + digits + ("x" + _digits(s[len(core):]) if len(core) < len(s) else "")
+
+
+def _phone_nanp(text: str, m: re.Match[str]) -> str | None:
+    if _context(text, m.start(), m.end(), _PHONE_WORDS, strict=False) < 0:
+        return None
+    return _digits(m.group(0))
+
+
+def _phone_national(text: str, m: re.Match[str]) -> str | None:
+    s = m.group(0)
+    core = re.sub(r"(?i)\s*(?:x|ext\.?|extension|#)\s*\d+$", "", s)
+    digits = _digits(core)
+    if not 9 <= len(digits) <= 12 or not re.search(r"[ .\-()/]", core):
+        return None
+    if _DATE_PREFIX.match(core):  # 05/06/2024 10
+        return None
+    if _context(text, m.start(), m.end(), _PHONE_WORDS, strict=False) < 0:
+        return None
+    return digits
+
+
+_DATE_PREFIX = re.compile(r"\(?\d{1,2}([./-])\d{1,2}\1\d{2,4}")
+
+
+_SEQUENTIAL = ("0123456789", "1234567890", "9876543210", "0987654321")
+
+
+_BARE_PHONE = re.compile(r"0[1-9][0-9]{7,10}|[2-9][0-9]{2}[2-9][0-9]{6}")
+
+
+def _phone_bare(text: str, m: re.Match[str]) -> str | None:
+    """Unformatted digits: a national number with a trunk 0 (9-12 digits) or a valid NANP number,
+    unless introduced as something else; any 8-12 digits when introduced as a phone number."""
+    s = m.group(0)
+    digits = _digits(s)
+    if any(q in digits for q in _SEQUENTIAL) or len(set(digits)) <= 2:
+        return None
+    ctx = _context(text, m.start(), m.end(), _PHONE_WORDS, strict=True)
+    number = re.match(r"[0-9]+", s)  # without the extension
+    if ctx > 0 or (ctx == 0 and number is not None and _BARE_PHONE.fullmatch(number.group(0))):
+        return digits
+    return None
+
+
+_NOT_PERSONAL_IPV4 = frozenset({"0.0.0.0", "255.255.255.255", "127.0.0.1"})
+
+
+def _ipv4(text: str, m: re.Match[str]) -> str | None:
+    if m.group(0) in _NOT_PERSONAL_IPV4:
+        return None
+    before = text[max(0, m.start() - 9):m.start()].lower()
+    if before.endswith(("v", "version ", "version: ", "release ", "ver ")):  # "v1.2.3.4"
+        return None
+    return m.group(0)
+
+
+def _ipv6(text: str, m: re.Match[str]) -> str | None:
+    s = m.group(0)
+    try:
+        addr = ipaddress.IPv6Address(s)
+    except ValueError:
+        return None
+    if addr.is_loopback or addr.is_unspecified:
+        return None
+    groups = [g for g in s.split(":") if g]
+    # Python slices (`a[1::2]`) are valid compressed IPv6 literals; real addresses have more
+    # groups or hex letters / full 4-digit groups.
+    if len(groups) < 3 and not any(len(g) == 4 or re.search(r"[a-fA-F]", g) for g in groups):
+        return None
+    return addr.compressed
+
+
+#: IBAN length per country (ISO 13616 registry).
+IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BI": 27, "BR": 29,
+    "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DJ": 27, "DK": 18, "DO": 28, "EE": 20, "EG": 29,
+    "ES": 24, "FI": 18, "FK": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28,
+    "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28,
+    "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "LY": 25, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MN": 20,
+    "MR": 27, "MT": 31, "MU": 30, "NI": 28, "NL": 18, "NO": 15, "OM": 23, "PK": 24, "PL": 28, "PS": 29, "PT": 25,
+    "QA": 29, "RO": 24, "RS": 22, "RU": 33, "SA": 24, "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27,
+    "SO": 23, "ST": 25, "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
+}
+
+
+def iban_mod97(s: str) -> int:
+    moved = s[4:] + s[:4]
+    return int("".join(str(int(ch, 36)) for ch in moved)) % 97
+
+
+def _iban_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
+    for m in _IBAN.finditer(text, start, end):
+        country = m.group(1)
+        length = IBAN_LENGTHS.get(country)
+        if length is None:
+            continue
+        # Take exactly `length` alphanumerics (spaces allowed between them): the regex may run on
+        # into a following uppercase word.
+        s, i, got = m.start(), m.start(), 0
+        while i < m.end() and got < length:
+            if text[i] != " ":
+                got += 1
+            elif text[i - 1] == " ":  # one space between groups at most
+                break
+            i += 1
+        if got != length or (i < len(text) and text[i].isalnum()):
+            continue
+        compact = text[s:i].replace(" ", "")
+        if iban_mod97(compact) == 1:
+            yield s, i, compact
+
+
+# Class first, lookbehind after the country code: lets `re` skip ahead in C.
+_IBAN = re.compile(r"([A-Z]{2})(?<![A-Za-z0-9][A-Z]{2})[0-9]{2}[ A-Z0-9]{11,40}")
+
+
+def _ssn(text: str, m: re.Match[str]) -> str | None:
+    s = m.group(0)
+    d = _digits(s)
+    area, group, serial = int(d[:3]), int(d[3:5]), int(d[5:])
+    if area == 0 or area == 666 or area >= 900 or group == 0 or serial == 0:
+        return None
+    if d in ("123456789", "111111111", "078051120", "219099999"):  # samples, not people
+        return None
+    sep = s[3] if not s[3].isdigit() else ""
+    if sep != "-":  # "123 45 6789" and bare nine digits only when called an SSN
+        if not _SSN_CONTEXT.search(text, max(0, m.start() - 40), m.start()):
+            return None
+    return d
+
+
+_SSN_CONTEXT = re.compile(r"(?i)(?:\bssn|social security|soc\.? ?sec|\bss#|sozialversicherung|tax ?id|\btin)\b[^\n\d]{0,24}$")
+
+_MONTHS = {
+    m: i + 1 for i, names in enumerate([
+        ("january", "jan", "januar", "janvier", "enero", "gennaio", "januari"),
+        ("february", "feb", "februar", "février", "fevrier", "febrero", "febbraio", "februari"),
+        ("march", "mar", "märz", "maerz", "mars", "marzo", "maart"),
+        ("april", "apr", "avril", "abril", "aprile"),
+        ("may", "mai", "mayo", "maggio", "mei"),
+        ("june", "jun", "juni", "juin", "junio", "giugno"),
+        ("july", "jul", "juli", "juillet", "julio", "luglio"),
+        ("august", "aug", "août", "aout", "agosto", "augustus"),
+        ("september", "sep", "sept", "septembre", "septiembre", "settembre"),
+        ("october", "oct", "oktober", "octobre", "octubre", "ottobre", "okt"),
+        ("november", "nov", "novembre", "noviembre"),
+        ("december", "dec", "dezember", "décembre", "decembre", "diciembre", "dicembre", "dez"),
+    ]) for m in names
+}
+_MONTH_RE = "|".join(sorted((re.escape(m) for m in _MONTHS), key=len, reverse=True))
+_DATE = (
+    r"(?P<date>\d{4}[-/.]\d{1,2}[-/.]\d{1,2}"
+    r"|\d{1,2}[-/.]\d{1,2}[-/.](?:\d{4}|\d{2})"
+    r"|\d{1,2}(?:st|nd|rd|th)?\.?\s(?:of\s)?(?:" + _MONTH_RE + r")\.?,?\s\d{4}"
+    r"|(?:" + _MONTH_RE + r")\.?\s\d{1,2}(?:st|nd|rd|th)?,?\s\d{4})(?![\w/.-]\d|\d)"
+)
+_DOB_SRC = (
+    r"(?:\bborn\b|\bd\.?o\.?b\b\.?|date[ _-]?of[ _-]?birth|birth[ _-]?date|\bbirthday|geburtsdatum|"
+    r"\bgeboren\b|date de naissance|\bn[ée]e? le\b|fecha de nacimiento|\bnacid[oa]\b|data di nascita|"
+    r"\bnat[oa] il\b|geboortedatum)"
+    r"[^\n\d]{0,32}?" + _DATE
+)
+_DOB_LOW = re.compile(_DOB_SRC)
+_DOB = re.compile("(?i)" + _DOB_SRC)
+
+
+def _parse_date(s: str) -> tuple[int, int, int] | None:
+    """(year, month, day) if `s` is a calendar date, trying day-first and month-first orders."""
+    low = s.lower()
+    nums = [int(x) for x in re.findall(r"\d+", low)]
+    word = re.search(r"[a-zäéû]+", re.sub(r"\d+(?:st|nd|rd|th)", "", low).replace("of", ""))
+    cands: list[tuple[int, int, int]] = []
+    if word:
+        mon = _MONTHS.get(word.group(0))
+        if mon is None or len(nums) != 2:
+            return None
+        day, year = (nums[0], nums[1]) if nums[1] > 31 else (nums[1], nums[0])
+        cands.append((year, mon, day))
+    elif len(nums) == 3:
+        a, b, c = nums
+        if re.match(r"\d{4}", s):
+            cands.append((a, b, c))
+        else:
+            year = c + (1900 if c >= 30 else 2000) if c < 100 else c
+            cands += [(year, b, a), (year, a, b)]
+    today = date.today()
+    for y, mo, d in cands:
+        try:
+            dt = date(y, mo, d)
+        except ValueError:
+            continue
+        if date(1900, 1, 1) <= dt <= today:
+            return y, mo, d
+    return None
+
+
+def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
+    low = text.lower()
+    for m in (_DOB_LOW.finditer(low, start, end) if len(low) == len(text) else _DOB.finditer(text, start, end)):
+        parsed = _parse_date(m.group("date"))
+        if parsed is not None:
+            yield m.start("date"), m.end("date"), "%04d-%02d-%02d" % parsed
+
+
+_URL_CRED = re.compile(
+    r"(?<![\w.+-])[A-Za-z][A-Za-z0-9+.\-]{1,30}://(?P<cred>[^\s:/?#@\"'<>]+:[^\s/?#\"'<>]+)@(?=[\w\[])"
+)
+
+
+def _url_cred_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
+    for m in _URL_CRED.finditer(text, start, end):
+        yield m.start("cred"), m.end("cred"), m.group("cred")
+
+
+# Secrets named by their key: `api_key=...`, `"client_secret": "..."`, `password: ...`,
+# `Authorization: Bearer ...`. The keyword is found first, then the key is widened to its word
+# and the separator and value are matched from there (a pattern with a free-floating key would
+# backtrack quadratically).
+_SECRET_KW_SRC = (
+    r"api[_-]?key|apikey|access[_-]?key|secret|token|passw(?:or)?d|passwd|pwd|pass\b|auth[_-]?key|"
+    r"credentials?|private[_-]?key|session[_-]?(?:id|key)|signing[_-]?key|cookie|bearer|basic"
+)
+# Case-insensitive alternations are ~7x slower in `re`: search the lowercased text when lowering
+# keeps offsets (it does unless the text has characters like "İ").
+_SECRET_KW_LOW = re.compile(_SECRET_KW_SRC)
+_SECRET_KW = re.compile("(?i)" + _SECRET_KW_SRC)
+_SECRET_VALUE = re.compile(
+    r"(?P<rest>[\w.-]*)[\"']?\s*(?:=|:|=>|:=)\s*(?:[\"']|(?i:bearer|token|basic)\s+)?(?P<val>[^\s\"'`]{6,200})"
+)
+_BEARER_VALUE = re.compile(r"\s+(?P<val>[A-Za-z0-9._~+/=\-]{16,})")
+_NOT_SECRET_KEY = re.compile(
+    r"(?i)tokeni[sz]|tokens|token_?(?:type|count|id|ids|limit|len|length|usage|budget|s?_?per)|max_?token|"
+    r"num_?token|key_?(?:id|name|path|file|type|size|length|len)$|secret_?(?:name|ref|path|arn)$|"
+    r"password_?(?:field|label|policy|length|min|max|hint|reset|hash|changed)|has_|is_|_enabled|_required"
+)
+_DOTTED_IDENT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+_PLACEHOLDER_VALUES = {"none", "null", "true", "false", "undefined", "nil", "empty", "required", "optional", "string",
+                       "password", "secret", "token", "changeme", "example", "redacted", "hidden", "xxxxxx",
+                       "default", "example_key", "your_api_key", "your-api-key"}
+
+
+def shannon_entropy(s: str) -> float:
+    counts: dict[str, int] = {}
+    for ch in s:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(s)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def _char_classes(s: str) -> int:
+    return (any(c.islower() for c in s) + any(c.isupper() for c in s) + any(c.isdigit() for c in s)
+            + any(not c.isalnum() for c in s))
+
+
+def secret_value_ok(value: str, password_like: bool, quoted: bool = False) -> bool:
+    """Is `value` (after a key-like name) a secret rather than code, a placeholder or a count?
+    A quoted value may be a short mixed string ("k5v(6Rrp!"); an unquoted one must look random."""
+    low = value.lower()
+    if low in _PLACEHOLDER_VALUES or value.isdigit() or len(set(value)) <= 2:
+        return False
+    if _TEMPLATE_VALUE.match(value) or value.startswith(("os.", "process.", "env.", "self.", "http")):
+        return False
+    if _DOTTED_IDENT.match(value):  # config.secret, settings.API_KEY
+        return False
+    if password_like:
+        # Any password is a secret, but "required" or "string" (schemas, docs) are not passwords.
+        return _char_classes(value) >= 2 or len(value) >= 12
+    if quoted and len(value) >= 8 and _char_classes(value) >= 3:
+        return True
+    if len(value) < 16:
+        return False
+    has_digit = any(c.isdigit() for c in value)
+    has_alpha = any(c.isalpha() for c in value)
+    if not (has_digit and has_alpha):
+        return False
+    return shannon_entropy(value) >= 3.0
+
+
+_VALUE_DELIMS = re.compile(r"[,;&<>(){}\[\]]")
+_NEXT_PARAM = re.compile(r"&\w+=")
+_TEMPLATE_VALUE = re.compile(r"^(?:\$\{.*\}|\$[A-Z_][A-Z0-9_]*|%\(\w+\)s|\{\{.*\}\}|\*+|x+|X+|<.*>|\.\.\.)$")
+
+
+def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
+    done = start
+    low = text.lower()
+    kw_iter = _SECRET_KW_LOW.finditer(low, start, end) if len(low) == len(text) else _SECRET_KW.finditer(text, start, end)
+    for m in kw_iter:
+        if m.start() < done:
+            continue
+        kw = m.group(0).lower()
+        if kw in ("bearer", "basic"):
+            if m.start() > 0 and text[m.start() - 1].isalnum():
+                continue
+            vm = _BEARER_VALUE.match(text, m.end())
+            if vm is None:
+                continue
+            val, vs, password_like = vm.group("val").rstrip(".,:;!?"), vm.start("val"), False
+        else:
+            ks = m.start()
+            while ks > 0 and (text[ks - 1].isalnum() or text[ks - 1] in "_.-"):
+                ks -= 1
+            if kw in ("pass", "pwd") and ks != m.start() and text[m.start() - 1] not in "_.-":
+                continue  # "compass", not "db_pass"
+            vm = _SECRET_VALUE.match(text, m.end(), end)
+            if vm is None:
+                continue
+            key = text[ks:m.end()] + vm.group("rest")
+            if _NOT_SECRET_KEY.search(key):
+                continue
+            val, vs = vm.group("val"), vm.start("val")
+            password_like = re.search(r"(?i)pass|pwd", key) is not None
+            quoted = text[vs - 1] in "\"'"
+            if quoted:  # the quotes delimit the value: keep every character
+                done = vs + len(val)
+                if secret_value_ok(val, password_like, quoted=True):
+                    yield vs, vs + len(val), val
+                continue
+            if password_like:
+                cut = _NEXT_PARAM.search(val)  # ?password=...&user=...
+                if cut:
+                    val = val[:cut.start()]
+                val = val.rstrip(".,:;!?")
+                for close, open_ in ((")", "("), ("]", "["), ("}", "{")):
+                    if val.endswith(close) and open_ not in val:
+                        val = val[:-1]
+            else:
+                cut = _VALUE_DELIMS.search(val)
+                if cut:
+                    if val[cut.start()] in "([":  # a call or subscript: code, not a value
+                        continue
+                    val = val[:cut.start()]
+                val = val.rstrip(".,:;!?")
+        done = vs + len(val)
+        if secret_value_ok(val, password_like):
+            yield vs, vs + len(val), val
+
+
+# ---------------------------------------------------------------------------------------------
+# The detector table
+
+
+@dataclass(frozen=True)
+class Detector:
+    kind: str
+    # Either a pattern and a validator, or a function yielding (start, end, key) in a range.
+    pattern: re.Pattern[str] | None
+    validate: Callable[[str, re.Match[str]], str | None] | None
+    # Cheap test on (text, text.lower()); the detector is skipped when it fails.
+    trigger: Callable[[str, str], bool]
+    rank: int
+    # Where to look: "text" (the whole string, if `trigger` passes), "numeric" (only inside runs
+    # of digits and phone/card/IP punctuation), "iban" (numeric runs widened to the left for the
+    # country code and letters), "at" (only around each "@").
+    scope: str = "text"
+    # For windowed scopes: a cheap test on the window's text and its digit count.
+    window_ok: Callable[[str, int], bool] = lambda w, nd: True
+    spans: Callable[[str, int, int], Iterable[tuple[int, int, str]]] | None = None
+    tier: int = 1
+
+
+# ASCII classes on purpose: `[0-9]` lets the regex engine skip ahead in C, `\d` does not (3x).
+_NUMERIC_RUN = re.compile(r"[0-9(+][0-9 .()+\-/x]*[0-9]")
+_EMAIL_BEFORE, _EMAIL_AFTER = 66, 260
+_RUN_TAIL = 3
+_IBAN_LEFT, _IBAN_RIGHT = 34, 8
+_KEY_STEMS = ("sk-", "sk_live_", "rk_live_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "AKIA",
+              "ASIA", "xox", "AIza", "hf_", "npm_", "pypi-")
+_DOB_STEMS = ("born", "dob", "d.o.b", "birth", "geb", "naiss", "né", "née", "nacim", "nacid", "nasc", "nato", "nata")
+_SECRET_STEMS = ("key", "secret", "token", "pass", "pwd", "credential", "session", "cookie", "bearer", "basic")
+
+
+
+def _stem_test(stems: tuple[str, ...]) -> Callable[[str], bool]:
+    """`lambda t: s1 in t or s2 in t or ...`: substring tests in C, without a generator per call."""
+    src = "lambda t: " + " or ".join(f"{k!r} in t" for k in stems)
+    return eval(src)  # noqa: S307 - built from the literal tuples above
+
+
+_has_key_stem = _stem_test(_KEY_STEMS)
+_has_dob_stem = _stem_test(_DOB_STEMS)
+_has_secret_stem = _stem_test(_SECRET_STEMS)
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_PEM_BEGIN = re.compile(r"-----BEGIN (?P<label>[A-Z0-9]+(?: [A-Z0-9]+)* )?PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+(?: [A-Z0-9]+)* )?PRIVATE KEY-----")
+_PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=\s:,.\-]*)")
+# A truncated block: lines of base64 (and "Proc-Type: ..." headers) after the BEGIN line, nothing further.
+_PEM_TRUNCATED = re.compile(r"(?:[ \t]*\r?\n(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]+: [^\n]*))*(?:[ \t]*\r?\n[A-Za-z0-9+/=]+)?")
+
+
+def _pem_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
+    pos = start
+    while True:
+        m = _PEM_BEGIN.search(text, pos, end)
+        if m is None:
+            return
+        e = _PEM_END.search(text, m.end(), end)
+        body = _PEM_BODY.match(text, m.end(), e.start() if e else end)
+        if e is not None and body is not None and body.end() == e.start():
+            stop = e.end()
+        else:
+            t = _PEM_TRUNCATED.match(text, m.end(), end)
+            stop = t.end() if t else m.end()
+        yield m.start(), stop, text[m.start():stop]
+        pos = stop
+_EXT = r"(?:\s?(?:x|ext\.?|extension|#)\s?[0-9]{1,6})?"
+
+
+def _same(_text: str, m: re.Match[str]) -> str | None:
+    return m.group(0)
+
+
+def _lower(_text: str, m: re.Match[str]) -> str | None:
+    return m.group(0).lower()
+
+
+def _always(_t: str, _low: str) -> bool:
+    return True
+
+
+DETECTORS: tuple[Detector, ...] = (
+    # From BEGIN to the matching END line; a truncated block (no END) must still not leak its base64.
+    Detector("PRIVATE_KEY", None, None, lambda t, _: "PRIVATE KEY-----" in t, 0, spans=_pem_spans),
+    # Credentials inside a URL: only `user:password` is replaced, scheme and host stay. Tier 0: it
+    # wins over the e-mail-looking `password@host` it overlaps.
+    Detector("URL_CREDENTIALS", None, None, lambda t, _: "://" in t, 2, spans=_url_cred_spans, tier=0),
+    Detector(
+        "JWT",
+        re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"),
+        _same, lambda t, _: "eyJ" in t, 3,
+    ),
+    Detector(
+        "API_KEY",
+        re.compile(
+            r"(?<![A-Za-z0-9_-])(?:"
+            r"sk-[A-Za-z0-9_-]{20,}"  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-)
+            r"|(?:sk|rk)_live_[A-Za-z0-9]{20,}"  # Stripe secret / restricted keys
+            r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub classic tokens
+            r"|github_pat_[A-Za-z0-9_]{22,}"  # GitHub fine-grained tokens
+            r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
+            r"|(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])"  # AWS access key ids
+            r"|xox[abpr]-[A-Za-z0-9-]{10,}"  # Slack
+            r"|AIza[0-9A-Za-z_-]{35}"  # Google API keys
+            r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
+            r"|npm_[A-Za-z0-9]{36}"  # npm
+            r"|pypi-[A-Za-z0-9_-]{50,}"  # PyPI
+            r")"
+        ),
+        _same, lambda t, _: _has_key_stem(t), 4,
+    ),
+    Detector(
+        "EMAIL",
+        re.compile(
+            r"[A-Za-z0-9](?<![\w.%+-][A-Za-z0-9])[A-Za-z0-9._%+-]{0,63}@"
+            r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
+        ),
+        _lower, lambda t, _: "@" in t, 5, "at",
+    ),
+    Detector("IBAN", None, None, _always, 6, "iban", spans=_iban_spans),
+    Detector(
+        "CREDIT_CARD",
+        re.compile(r"[0-9](?<![\w.-][0-9])(?:[ -]?[0-9]){11,18}(?![\w-]|\.[0-9])"),
+        _card, _always, 7, "numeric", lambda w, nd: nd >= 12,
+    ),
+    Detector(
+        "SSN",
+        re.compile(r"[0-9](?<![\w.\-/+][0-9])[0-9]{2}([- ]?)[0-9]{2}\1[0-9]{4}(?![\w]|[.\-/][0-9])"),
+        _ssn, _always, 8, "numeric", lambda w, nd: nd >= 9,
+    ),
+    Detector("DOB", None, None, lambda _, low: _has_dob_stem(low), 9, spans=_dob_spans),
+    Detector(
+        "IPV6",
+        re.compile(
+            r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:" + _OCTET + r"(?:\." + _OCTET + r"){3}|[0-9A-Fa-f]{1,4})?(?![\w:]|\.[0-9])"
+        ),
+        _ipv6, lambda t, _: "::" in t or t.count(":") >= 7, 10, "hexcolon",
+    ),
+    Detector(
+        "IPV4",
+        re.compile(r"(?<![\w.])" + _OCTET + r"(?:\." + _OCTET + r"){3}(?![\w]|\.[0-9])"),
+        _ipv4, _always, 11, "numeric", lambda w, nd: nd >= 4 and w.count(".") >= 3,
+    ),
+    # International: "+" or "00", a country code, then groups separated by single spaces, dots,
+    # dashes or slashes, optionally "(0)", then an extension. The "+" must not follow an operand.
+    Detector(
+        "PHONE",
+        re.compile(
+            r"(?<![\w)\]+\-./])(?:\+|00(?=[1-9]))[1-9][0-9]{0,2}(?:[ .-]?\(0\))?(?:[ .\-/]?(?:\([0-9]{1,5}\)|[0-9]{1,6})){1,7}"
+            + _EXT + r"(?![\w+*/=^%]|[.-][0-9])"
+        ),
+        _phone_intl, _always, 12, "numeric", lambda w, nd: nd >= 8 and ("+" in w or "00" in w),
+    ),
+    # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 555 123 4567, 1-800-555-1234.
+    # The 3-3-4 grouping keeps dates, versions and serials out.
+    Detector(
+        "PHONE",
+        re.compile(
+            r"(?<![\w+.\-/*])(?:1[ .-])?(?:\([1-9][0-9]{2}\) ?|[1-9][0-9]{2}[-. ])[0-9]{3}[-. ][0-9]{4}" + _EXT
+            + r"(?![\w]|[.\-/][0-9])"
+        ),
+        _phone_nanp, _always, 13, "numeric", lambda w, nd: nd >= 10 and len(w) >= 12,
+    ),
+    # National with a trunk 0: 020 7946 0958, (0113) 496 0123, 05 36 84 33 53, 04952 883143, 08-246 820 34.
+    Detector(
+        "PHONE",
+        re.compile(r"(?<![\w+.\-/*])(?:\(0[0-9]{1,4}\)|0[0-9]{1,4})(?:[ .\-/]?[0-9]{2,8}){1,4}" + _EXT
+                   + r"(?![\w]|[.\-/][0-9])"),
+        _phone_national, _always, 14, "numeric", lambda w, nd: nd >= 9 and "0" in w and nd < len(w),
+    ),
+    # Unformatted: 01134960123 (UK), 0508899579 (DE/FR/IT), 8209679701 (NANP). Dropped when the
+    # number is introduced as an id or count, assigned in code, or an arithmetic operand.
+    Detector(
+        "PHONE",
+        re.compile(r"(?<![\w+.\-/*:#])[0-9]{8,12}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
+        _phone_bare, _always, 15, "numeric", lambda w, nd: nd >= 9,
+    ),
+    # Secrets named by their key (last: known token formats above win ties).
+    Detector("SECRET", None, None, lambda _, low: _has_secret_stem(low), 16, spans=_secret_spans),
+)
+
+
+_NO_DIGITS = str.maketrans("", "", "0123456789")
+
+
+def _numeric_windows(text: str) -> list[tuple[int, int, str, int]]:
+    """(start, end, window text, digits in the run) for runs of 7+ characters."""
+    n = len(text)
+    out = []
+    for m in _NUMERIC_RUN.finditer(text):
+        s, e = m.span()
+        if e - s >= 7:
+            if s and e < n and text[s - 1].isalpha() and text[e].isalnum():
+                continue  # inside a hash, UUID or base64 token: nothing can match there
+            run = m.group(0)
+            out.append((s, min(n, e + _RUN_TAIL), run, len(run) - len(run.translate(_NO_DIGITS))))
+    return out
+
+
+_HEX_COLON_RUN = re.compile(r"[0-9A-Fa-f:.]{6,}")
+
+
+def _hexcolon_windows(text: str) -> list[tuple[int, int]]:
+    """Runs of hex digits, colons and dots with two or more colons (where an IPv6 address can be)."""
+    n = len(text)
+    return [(m.start(), min(n, m.end() + 1)) for m in _HEX_COLON_RUN.finditer(text) if m.group(0).count(":") >= 2]
+
+
+def _at_windows(text: str) -> list[tuple[int, int]]:
+    n = len(text)
+    spans: list[tuple[int, int]] = []
+    at = text.find("@")
+    while at != -1:
+        s, e = max(0, at - _EMAIL_BEFORE), min(n, at + _EMAIL_AFTER)
+        if spans and s <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], e)
+        else:
+            spans.append((s, e))
+        at = text.find("@", at + 1)
+    return spans
+
+
+# The table, split by scope once. `find` is the hot path of every ingest, so it dispatches inline
+# (a generic loop with a lambda per detector cost a third of the time on short strings).
+_TEXT_DETS = tuple(d for d in DETECTORS if d.scope not in ("numeric", "iban"))
+_NUM_DETS = tuple(d for d in DETECTORS if d.scope == "numeric")
+(_IBAN_DET,) = (d for d in DETECTORS if d.scope == "iban")
+
+
+def _run(det: Detector, text: str, s: int, e: int, found: list[Candidate]) -> None:
+    if det.spans is not None:
+        for a, b, key in det.spans(text, s, e):
+            found.append((a, b, det.tier, det.rank, det.kind, key))
+        return
+    validate = det.validate
+    # finditer(text, pos, endpos) still lets lookbehinds see the characters before pos.
+    for m in det.pattern.finditer(text, s, e):  # type: ignore[union-attr]
+        key = validate(text, m)  # type: ignore[misc]
+        if key is not None:
+            found.append((m.start(), m.end(), det.tier, det.rank, det.kind, key))
+
+
+# Fixed-shape secrets and e-mails: found first, then blanked out so that no other detector (or the
+# name model) looks for digits, colons or capitals inside a key, a token or an address.
+_MASKED_KINDS = frozenset({"PRIVATE_KEY", "JWT", "API_KEY", "EMAIL"})
+_FIRST_DETS = tuple(d for d in _TEXT_DETS if d.kind in _MASKED_KINDS or d.kind == "URL_CREDENTIALS")
+_LATER_DETS = tuple(d for d in _TEXT_DETS if d not in _FIRST_DETS)
+
+
+def find(text: str) -> list[Candidate]:
+    """Every validated candidate of every detector, overlapping ones included."""
+    return find_masked(text)[0]
+
+
+def find_masked(text: str) -> tuple[list[Candidate], str]:
+    """`find`, and `text` with the fixed-shape secrets and e-mails replaced by spaces (same length,
+    same offsets) for detectors that come after."""
+    found: list[Candidate] = []
+    low = text.lower()
+    for det in _FIRST_DETS:
+        if det.trigger(text, low):
+            if det.scope == "text":
+                _run(det, text, 0, len(text), found)
+            else:
+                for s, e in _at_windows(text):
+                    _run(det, text, s, e, found)
+    if found:
+        pieces, pos = [], 0
+        for a, b, *_rest in sorted(c for c in found if c[4] in _MASKED_KINDS):
+            if a >= pos:
+                pieces.append(text[pos:a])
+                pieces.append(" " * (b - a))
+                pos = b
+            elif b > pos:
+                pieces.append(" " * (b - pos))
+                pos = b
+        pieces.append(text[pos:])
+        text = "".join(pieces)
+        low = text.lower()
+    for det in _LATER_DETS:
+        if det.trigger(text, low):
+            scope = det.scope
+            if scope == "text":
+                _run(det, text, 0, len(text), found)
+            else:
+                for s, e in _hexcolon_windows(text):
+                    _run(det, text, s, e, found)
+    n = len(text)
+    for s, e, w, nd in _numeric_windows(text):
+        for det in _NUM_DETS:
+            if det.window_ok(w, nd):
+                _run(det, text, s, e, found)
+        if nd >= 8:  # IBAN: the country code is left of the digits
+            left = text[max(0, s - _IBAN_LEFT):s + 4]
+            if left != left.lower():
+                _run(_IBAN_DET, text, max(0, s - _IBAN_LEFT), min(n, e + _IBAN_RIGHT), found)
+    return found, text
