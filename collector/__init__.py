@@ -13,9 +13,9 @@ Public API:
 
 from __future__ import annotations
 
-from ._anonymize import AnonymizerState, Entity, anonymize_text, anonymize_trajectory
+from ._anonymize import Anonymizer, AnonymizerState, Entity, anonymize_text, anonymize_trajectory
 from ._app import create_app
-from ._db import CollectorStats, GroupStats, Store, open_store
+from ._db import CollectorStats, GroupStats, PurgeResult, Store, open_store
 from ._export import ExportFilters, ExportManifest, export
 from ._serve import ServerHandle, serve_in_thread
 from ._settings import CollectorSettings
@@ -30,6 +30,7 @@ from .errors import (
 )
 
 __all__ = [
+    "Anonymizer",
     "AnonymizerState",
     "CollectorError",
     "CollectorSettings",
@@ -41,6 +42,7 @@ __all__ = [
     "ExportManifest",
     "GroupStats",
     "MigrationError",
+    "PurgeResult",
     "ServerHandle",
     "StorageError",
     "Store",

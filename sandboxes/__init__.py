@@ -14,7 +14,7 @@ DockerSandbox is made.
 from __future__ import annotations
 
 from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
-from ._base import ExecResult, Sandbox
+from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
 from ._envs import CodeEnv, ShellEnv
@@ -48,6 +48,7 @@ __all__ = [
     "ImageBuildError",
     "ImageNotFoundError",
     "LocalSandbox",
+    "OutputCallback",
     "Sandbox",
     "SandboxBrokenError",
     "SandboxClosedError",
