@@ -377,12 +377,37 @@ def _parse_date(s: str) -> tuple[int, int, int] | None:
     return None
 
 
+# Substrings one of the DOB keywords must contain: a plain `in` test per trigger is far cheaper than
+# running the keyword alternation at every position of a text that has none (most texts).
+_DOB_TRIGGERS = ("born", "dob", "d.o", "do.b", "birth", "geburt", "geboren", "naissance", "né le", "ne le",
+                 "née le", "nee le", "nacimiento", "nacid", "nascita", "nato il", "nata il", "geboorte")
+
+
 def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
     low = text.lower()
-    for m in (_DOB_LOW.finditer(low, start, end) if len(low) == len(text) else _DOB.finditer(text, start, end)):
-        parsed = _parse_date(m.group("date"))
-        if parsed is not None:
-            yield m.start("date"), m.end("date"), "%04d-%02d-%02d" % parsed
+    # The regex runs only in windows around trigger occurrences (a keyword starts at most 16
+    # characters before its trigger; keyword, gap and date end within 96 after it).
+    windows: list[list[int]] = []
+    for trig in _DOB_TRIGGERS:
+        pos = low.find(trig, start, end)
+        while pos != -1:
+            windows.append([max(start, pos - 16), min(end, pos + len(trig) + 96)])
+            pos = low.find(trig, pos + 1, end)
+    if not windows:
+        return
+    windows.sort()
+    merged = [windows[0]]
+    for w in windows[1:]:
+        if w[0] <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], w[1])
+        else:
+            merged.append(w)
+    pattern, subject = (_DOB_LOW, low) if len(low) == len(text) else (_DOB, text)
+    for w_start, w_end in merged:
+        for m in pattern.finditer(subject, w_start, w_end):
+            parsed = _parse_date(m.group("date"))
+            if parsed is not None:
+                yield m.start("date"), m.end("date"), "%04d-%02d-%02d" % parsed
 
 
 _URL_CRED = re.compile(

@@ -67,11 +67,12 @@ def free_port() -> int:
 class Server:
     """`collector serve` in a subprocess; `kill9()` is SIGKILL, nothing graceful."""
 
-    def __init__(self, db_url: str, log: Path) -> None:
+    def __init__(self, db_url: str, log: Path, workers: int = 1) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPLIFT_COLLECTOR_KEYS": KEY}
-        cmd = [sys.executable, "-m", "collector._cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--db", db_url]
+        cmd = [sys.executable, "-m", "collector._cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--db", db_url,
+               "--workers", str(workers)]
         with log.open("ab") as fh:
             self.proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 60
@@ -263,4 +264,20 @@ def test_workers_starting_together_on_a_fresh_database_all_come_up(any_db_url: s
     store = open_store(any_db_url)
     store.add_trajectories([Trajectory(id="one", task_id="t", model="m", messages=[Message(role="user", content="hi")])])
     assert store.count() == 1
+    store.close()
+
+
+def test_serve_with_two_workers_ingests_into_the_given_db(tmp_path: Path, servers: list[Server]) -> None:
+    db_url = f"sqlite:///{tmp_path / 'w.db'}"
+    server = Server(db_url, tmp_path / "w.log", workers=2)
+    servers.append(server)
+    for k in range(4):  # several requests, so both workers are likely to take some
+        ids, body = make_batch(k)
+        r = httpx.post(f"{server.url}/v1/trajectories", content=body, timeout=60,
+                       headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+        assert r.status_code == 200 and r.json()["accepted"] == len(ids), r.text
+    server.proc.terminate()
+    assert server.proc.wait(30) == 0
+    store = open_store(db_url)
+    assert store.count() == sum(len(make_batch(k)[0]) for k in range(4))
     store.close()
