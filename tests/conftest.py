@@ -68,3 +68,19 @@ def vllm_server(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFacto
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """A fresh SQLite collector database in the test's tmp dir."""
+    return f"sqlite:///{tmp_path / 'collector.db'}"
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[object]:
+    """An open (migrated) collector `Store` on `db_url`, closed after the test."""
+    from collector import open_store
+
+    s = open_store(db_url)
+    yield s
+    s.close()

@@ -59,11 +59,6 @@ def body(*ts: Trajectory) -> str:
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'collector.db'}"
-
-
-@pytest.fixture
 def client(db_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(CollectorSettings(db_url=db_url))) as c:
         yield c

@@ -26,18 +26,6 @@ from collector._score import compose
 from sdk._types import Feedback, Outcome
 
 
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'collector.db'}"
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = open_store(db_url)
-    yield s
-    s.close()
-
-
 def seed(store: Store, n: int, *, seed_: int = 0, unlabeled_every: int = 3, start: int = 0) -> list[Any]:
     rng = random.Random(seed_)
     ts = [make(i, good=rng.random() < 0.5, rng=rng, labeled=i % unlabeled_every != 0) for i in range(start, start + n)]

@@ -27,18 +27,6 @@ def lines(p: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in p.read_text().splitlines()]
 
 
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'collector.db'}"
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = open_store(db_url)
-    yield s
-    s.close()
-
-
 def seed(store: Store, n: int = 240, *, labeled_every: int = 3, seed_: int = 0) -> list[Any]:
     """`n` synthetic trajectories over 40 tasks, 2 apps, 2 versions; every `labeled_every`-th (none if 0) has no outcome."""
     rng = random.Random(seed_)
