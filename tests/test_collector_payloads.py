@@ -8,7 +8,6 @@ import gzip
 import json
 import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -26,11 +25,6 @@ def traj(i: int = 1, content: str = "what is 2+2?", n: int = 2) -> Trajectory:
 
 def body(*ts: Trajectory) -> bytes:
     return TrajectoryBatch(trajectories=list(ts)).model_dump_json().encode()
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'collector.db'}"
 
 
 @pytest.fixture
