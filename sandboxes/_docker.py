@@ -68,6 +68,19 @@ _RUNNER_CAPS = ["SETUID", "SETGID", "SETPCAP", "KILL"]
 _STDOUT, _STDERR = 1, 2
 
 
+def _stopped_before(state: dict[str, Any] | None, t_wall: float) -> bool:
+    """True when a container `State` says it stopped before wall-clock time `t_wall`."""
+    if state is None or state.get("Running"):
+        return False
+    finished = str(state.get("FinishedAt") or "")
+    try:  # RFC 3339 with nanoseconds: keep microseconds for fromisoformat
+        head, _, frac = finished.rstrip("Z").partition(".")
+        ts = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
+    except ValueError:
+        return False
+    return ts < t_wall
+
+
 def _remove_container(api: Any, holder: dict[str, str | None]) -> None:
     cid = holder.get("id")
     if cid:
@@ -271,11 +284,8 @@ class DockerSandbox(Sandbox):
     def is_alive(self) -> bool:
         if self._closed or not self._holder.get("id") or not self._stream_open():
             return False
-        try:
-            state = self._api.inspect_container(self._holder["id"])["State"]
-        except self._docker.errors.DockerException:
-            return False
-        return bool(state.get("Running")) and not state.get("Paused") and not state.get("Restarting")
+        state = self._state()
+        return state is not None and bool(state.get("Running")) and not state.get("Paused") and not state.get("Restarting")
 
     def _close(self) -> None:
         self._close_stream()
@@ -354,27 +364,14 @@ class DockerSandbox(Sandbox):
                 raise SandboxBrokenError("the container stopped", sandbox_id=self.id)
             self._rbuf += chunk
 
-    def _stopped_before(self, t_wall: float) -> bool:
-        """True when the container is known to have stopped before wall-clock time `t_wall`."""
+    def _state(self) -> dict[str, Any] | None:
+        """The container's `State` as the engine reports it, or None when it cannot be inspected
+        (removed, or the engine went away)."""
         try:
-            state = self._api.inspect_container(self._holder["id"])["State"]
+            state: dict[str, Any] = self._api.inspect_container(self._holder["id"])["State"]
         except self._docker.errors.DockerException:
-            return False
-        if state.get("Running"):
-            return False
-        finished = str(state.get("FinishedAt") or "")
-        try:  # RFC 3339 with nanoseconds: keep microseconds for fromisoformat
-            head, _, frac = finished.rstrip("Z").partition(".")
-            ts = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
-        except ValueError:
-            return False
-        return ts < t_wall
-
-    def _oom_killed_container(self) -> bool:
-        try:
-            return bool(self._api.inspect_container(self._holder["id"])["State"].get("OOMKilled"))
-        except self._docker.errors.DockerException:
-            return False
+            return None
+        return state
 
     # -- commands ---------------------------------------------------------------------------------
 
@@ -401,12 +398,12 @@ class DockerSandbox(Sandbox):
                 self._replace()
                 return _Outcome(None, out, err, True, False, time.monotonic() - t0)
             except SandboxBrokenError:
-                if attempt == 1 and not out.getvalue() and not err.getvalue() and self._stopped_before(sent_at):
+                state = self._state()
+                if attempt == 1 and not out.getvalue() and not err.getvalue() and _stopped_before(state, sent_at):
                     self._replace()  # it was dead before the command was sent: run it in a new one
                     continue
-                oom = self._oom_killed_container()
                 self._replace()
-                return _Outcome(137, out, err, False, oom, time.monotonic() - t0)
+                return _Outcome(137, out, err, False, bool(state and state.get("OOMKilled")), time.monotonic() - t0)
             return _Outcome(res["exit_code"], out, err, bool(res["timed_out"]), bool(res["oom_killed"]),
                             float(res["duration_s"]))
         raise AssertionError("unreachable")
