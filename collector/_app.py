@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -32,6 +32,8 @@ from . import _defaults
 from ._db import Store, open_store
 from ._settings import CollectorSettings
 from .errors import StorageError, UnknownTrajectoryError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class FeedbackResult(BaseModel):
@@ -179,6 +181,16 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     batch_schema = {"content": {"application/json": {"schema": TrajectoryBatch.model_json_schema()}}, "required": True}
     feedback_schema = {"content": {"application/json": {"schema": Feedback.model_json_schema()}}, "required": True}
 
+    async def read_body(request: Request, model: type[M], what: str) -> M | JSONResponse:
+        """The request body as `model`: 415 for a non-JSON media type, 413 past the size cap,
+        a 422 response naming the problem when it does not validate."""
+        _check_media(request)
+        body = await _read_capped(request, settings.max_body_bytes)
+        try:
+            return model.model_validate_json(body)
+        except ValidationError as e:
+            return _parse_error(body, e, what)
+
     @app.post(
         "/v1/trajectories",
         response_model=IngestResult,
@@ -187,12 +199,9 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     )
     async def ingest(request: Request) -> IngestResult:
         """Anonymize, score and store a batch of trajectories (idempotent by id)."""
-        _check_media(request)
-        body = await _read_capped(request, settings.max_body_bytes)
-        try:
-            batch = TrajectoryBatch.model_validate_json(body)
-        except ValidationError as e:
-            return _parse_error(body, e, "trajectory batch")  # type: ignore[return-value]
+        batch = await read_body(request, TrajectoryBatch, "trajectory batch")
+        if isinstance(batch, JSONResponse):
+            return batch  # type: ignore[return-value]
         # Awaited to the end: the 200 leaves only after the batch's transaction committed.
         return await run_in_threadpool(the_store.add_trajectories, batch.trajectories)
 
@@ -204,12 +213,9 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     )
     async def feedback(request: Request) -> Any:
         """Join late user feedback to a stored trajectory (404 if the id is unknown)."""
-        _check_media(request)
-        body = await _read_capped(request, settings.max_body_bytes)
-        try:
-            fb = Feedback.model_validate_json(body)
-        except ValidationError as e:
-            return _parse_error(body, e, "feedback")
+        fb = await read_body(request, Feedback, "feedback")
+        if isinstance(fb, JSONResponse):
+            return fb
         try:
             fid = await run_in_threadpool(the_store.add_feedback, fb)
         except UnknownTrajectoryError as e:
