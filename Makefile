@@ -23,12 +23,14 @@ demo: install
 up: install
 	$(VENV)/bin/looplift up
 
-test: install
+# `make test` runs the linters first: the import layers (DESIGN.md) are part of what CI enforces.
+test: lint
 	$(PY) -m pytest -q -rs
 
 lint: install
-	$(VENV)/bin/ruff check sdk server collector trainer sandboxes tests
+	$(VENV)/bin/ruff check sdk server collector trainer sandboxes looplift tests bench scripts examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sdk._types import Trajectory
+from sdk import Trajectory
 
 from . import _pii_rules, _pseudonyms
 from ._defaults import ENV_PSEUDONYM_KEY
@@ -101,7 +101,7 @@ class AnonymizerState:
 def resolve_pseudonym_key(home: Path | None = None) -> str:
     """`$LOOPLIFT_COLLECTOR_PSEUDONYM_KEY`, else the key in `$LOOPLIFT_HOME/collector_pseudonym.key`,
     created (random, mode 0600) if missing."""
-    from sdk._home import ensure_secret
+    from sdk.infra import ensure_secret
 
     return ensure_secret(ENV_PSEUDONYM_KEY, PSEUDONYM_KEY_FILE, home)
 

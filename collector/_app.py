@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from sdk._types import Feedback, IngestResult, TrajectoryBatch
+from sdk import Feedback, IngestResult, TrajectoryBatch
 
 from . import _defaults
 from ._db import Store, open_store

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import registry
 from sqlmodel import Field, Session, SQLModel, select
 
-from sdk._types import Feedback, IngestResult, Trajectory
+from sdk import Feedback, IngestResult, Trajectory
 
 from . import _defaults
 from ._anonymize import Anonymizer, anonymize_text, default_anonymizer

@@ -63,6 +63,8 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import aliased
 
+from sdk.infra import atomic_write
+
 from . import _defaults
 from ._db import FeedbackRow, Store, TrajectoryRow, open_store, to_naive_utc, utcnow
 from ._decontam import EvalIndex
@@ -303,19 +305,6 @@ class _Sink:
         Path(self.tmp).unlink(missing_ok=True)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # -- query -------------------------------------------------------------------------------------
 
 
@@ -533,7 +522,7 @@ def export(
         created_at=datetime.now(timezone.utc), sha256=main.digest.hexdigest(), bytes=main.size,
         db=store.engine.url.render_as_string(hide_password=True),
     )
-    _atomic_write_text(manifest_path_for(out), manifest.model_dump_json(indent=2) + "\n")
+    atomic_write(manifest_path_for(out), manifest.model_dump_json(indent=2) + "\n")
     return manifest
 
 

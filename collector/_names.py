@@ -37,9 +37,7 @@ import hashlib
 import string
 import json
 import logging
-import os
 import re
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -47,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sdk.infra import atomic_dir
 
 log = logging.getLogger("looplift.collector")
 
@@ -335,23 +335,16 @@ def train(config: NameModelConfig, progress: bool = True) -> dict[str, Any]:
 
 
 def _model_dir(config: NameModelConfig, home: Path | None) -> Path:
-    from sdk._home import looplift_home
+    from sdk import looplift_home
 
     return (home or looplift_home()) / "models" / f"anonymizer-names-{config.key()}"
 
 
 def _save(model: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}-{threading.get_ident()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    np.savez(tmp / "weights.npz", coef=model["coef"], intercept=model["intercept"])
-    meta = {k: model[k] for k in ("config", "vocab", "gazetteers", "stats")}
-    (tmp / "model.json").write_text(json.dumps(meta, ensure_ascii=False))
-    try:
-        os.replace(tmp, path)
-    except OSError:  # another process finished first: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_dir(path, replace=False) as tmp:  # another process finished first: keep theirs
+        np.savez(tmp / "weights.npz", coef=model["coef"], intercept=model["intercept"])
+        meta = {k: model[k] for k in ("config", "vocab", "gazetteers", "stats")}
+        (tmp / "model.json").write_text(json.dumps(meta, ensure_ascii=False))
 
 
 def _load(path: Path) -> dict[str, Any] | None:

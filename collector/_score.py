@@ -30,7 +30,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sdk._types import Trajectory
+from sdk import Trajectory
 
 #: Score sources, as stored in `trajectories.score_source`.
 SOURCES = ("reward+feedback", "reward", "feedback", "model")

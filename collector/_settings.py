@@ -92,7 +92,7 @@ class CollectorSettings(BaseModel):
             # The key file lives under this environment's LOOPLIFT_HOME (created 0600 if missing).
             from pathlib import Path
 
-            from sdk._home import ensure_secret
+            from sdk.infra import ensure_secret
 
             from ._anonymize import PSEUDONYM_KEY_FILE
 

@@ -1,8 +1,9 @@
 """Isolated execution of model-written code.
 
 Two backends behind one `Sandbox` interface: `DockerSandbox` (a hardened, network-less container per
-sandbox, commands run as execs in it) and `LocalSandbox` (host subprocesses with rlimits and, where
-the host allows, namespaces; a fallback, not a security boundary — see `LOCAL_LIMITATIONS`).
+sandbox; each command is forked by a small runner inside it, `_inner.py`, never a `docker exec`) and
+`LocalSandbox` (host subprocesses with rlimits and, where the host allows, namespaces; a fallback, not a
+security boundary — see `LOCAL_LIMITATIONS`).
 `SandboxPool` keeps sandboxes warm for concurrent episodes. `make_sandbox`/`make_pool` pick the
 backend with `detect_backend`. Whatever the code does comes back as an `ExecResult`; only failures
 of the machinery raise (`sandboxes.errors`).
@@ -13,7 +14,7 @@ DockerSandbox is made.
 
 from __future__ import annotations
 
-from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
+from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, demonstration, held_out_tasks, training_tasks
 from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
@@ -37,6 +38,7 @@ from .errors import (
 __all__ = [
     "ArithmeticEnv",
     "ArithmeticVerifier",
+    "demonstration",
     "held_out_tasks",
     "training_tasks",
     "LOCAL_LIMITATIONS",

@@ -32,6 +32,7 @@ import httpx
 from . import _defaults
 from ._home import looplift_home, read_secret
 from ._types import Trajectory
+from .infra import atomic_write
 
 log = logging.getLogger("looplift.sdk.collector")
 
@@ -191,13 +192,7 @@ class CollectorClient:
         folder.mkdir(parents=True, exist_ok=True)
         # Sortable by time so replay goes oldest first; uuid keeps concurrent writers apart.
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.jsonl"
-        tmp = folder / (name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / name)
+        atomic_write(folder / name, "\n".join(lines) + "\n", perms=0o600)
 
     def _replay(self) -> None:
         for path in self.pending_spool():

@@ -29,6 +29,8 @@ from typing import Any, Callable, Optional
 
 import httpx
 
+from sdk.infra import atomic_write_json
+
 from . import _defaults as D
 from ._models import HistoryEvent, SwapResult, VersionInfo, VersionState, VersionsView
 from ._settings import GatewaySettings, valid_name, version_name
@@ -398,7 +400,6 @@ class Registry:
 
     def _write_file(self) -> None:
         path = self.settings.registry_path
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "schema": _SCHEMA,
             "alias": self.alias,
@@ -411,12 +412,7 @@ class Registry:
             "stack": self.stack,
             "history": [h.model_dump(mode="json") for h in self.history],
         }
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with tmp.open("w") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic on POSIX: readers see the old or the new file, never half
+        atomic_write_json(path, data)  # readers see the old or the new file, never half
 
 
 def _same_path(a: Optional[str], b: Optional[str]) -> bool:

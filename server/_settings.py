@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from sdk._home import ensure_secret, looplift_home, read_secret
+from sdk import looplift_home
+from sdk.infra import ensure_secret, read_secret
 
 from . import _defaults as D
 from .errors import AdminTokenMissingError

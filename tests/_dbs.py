@@ -57,10 +57,3 @@ def database(dialect: str, tmp_path: Path) -> Iterator[str]:
         return
     with postgres_schema(postgres_base_url()) as url:
         yield url
-
-
-@pytest.fixture(params=DIALECTS)
-def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database URL, once per dialect."""
-    with database(request.param, tmp_path) as url:
-        yield url

@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 import httpx
 import pytest
+from _dbs import DIALECTS, database
 
 
 # ---- vLLM / model fixtures (owned by the server package's tests) ------------------------------
@@ -68,6 +69,29 @@ def vllm_server(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFacto
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(params=DIALECTS)
+def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh collector database URL, once per dialect (SQLite always; Postgres skips locally without
+    LOOPLIFT_TEST_POSTGRES_URL and fails under CI)."""
+    with database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty Postgres schema (see `any_db_url` for when it skips or fails)."""
+    with database("postgresql", tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def fail_without_docker() -> None:
+    """Used by `_backends.needs_docker` under CI when no Docker sandbox answers: fails with the reason."""
+    from _backends import _fail_without_docker
+
+    _fail_without_docker()
 
 
 @pytest.fixture

@@ -19,43 +19,12 @@ from collector import (
     open_store,
     serve_in_thread,
 )
+from _trajs import body, traj
 from sdk._types import (
-    Message,
-    Outcome,
     Step,
-    ToolCall,
-    ToolCallFunction,
-    Trajectory,
-    TrajectoryBatch,
-    TurnTokens,
 )
 
 KEY = "test-key-123"
-
-
-def traj(i: int = 0, *, reward: float | None = 1.0, app: str = "demo", version: str = "policy-v1", content: str = "2+2?") -> Trajectory:
-    return Trajectory(
-        id=f"traj-{i:04d}",
-        app=app,
-        task_id=f"task-{i % 3}",
-        model="policy",
-        served_version=version,
-        messages=[
-            Message(role="user", content=content),
-            Message(
-                role="assistant",
-                tool_calls=[ToolCall(id="c1", function=ToolCallFunction(name="python", arguments='{"code": "print(2+2)"}'))],
-            ),
-            Message(role="tool", tool_call_id="c1", content="4"),
-            Message(role="assistant", content="4"),
-        ],
-        turns=[TurnTokens(message_index=3, prompt_token_ids=[1, 2], completion_token_ids=[3], completion_logprobs=[-0.5])],
-        outcome=None if reward is None else Outcome(success=reward >= 1.0, reward=reward),
-    )
-
-
-def body(*ts: Trajectory) -> str:
-    return TrajectoryBatch(trajectories=list(ts)).model_dump_json()
 
 
 @pytest.fixture
@@ -73,13 +42,6 @@ def server(db_url: str) -> Iterator[collector.ServerHandle]:
 def row_count(db_url: str, table: str = "trajectories") -> int:
     with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
         return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-
-
-def test_public_api_is_exactly_all() -> None:
-    public = {n for n in dir(collector) if not n.startswith("_")} - {"annotations", "errors"}
-    assert public == set(collector.__all__)
-    for name in collector.__all__:
-        assert getattr(collector, name).__doc__, name
 
 
 def test_ingest_is_idempotent(client: TestClient, db_url: str) -> None:
@@ -265,29 +227,6 @@ def test_settings_from_env(tmp_path: Path) -> None:
     assert s.db_url == "sqlite:////x/y.db" and s.max_body_bytes == 10 and s.api_keys == ()
     with pytest.raises(collector.ConfigError, match="max_body_bytes"):
         CollectorSettings.from_env({}, max_body_bytes=0)
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A Postgres database from LOOPLIFT_TEST_POSTGRES_URL (e.g. a local `initdb` cluster on
-    127.0.0.1); the collector's tables are dropped before and after."""
-    import os
-
-    url = os.environ.get("LOOPLIFT_TEST_POSTGRES_URL")
-    if not url:
-        pytest.skip("set LOOPLIFT_TEST_POSTGRES_URL=postgresql+psycopg://USER@127.0.0.1:PORT/DB to run")
-    import sqlalchemy as sa
-
-    def drop() -> None:
-        eng = sa.create_engine(url)
-        with eng.begin() as conn:
-            for t in ("feedback", "trajectories", "score_models", "collector_alembic_version"):
-                conn.execute(sa.text(f'DROP TABLE IF EXISTS "{t}"'))
-        eng.dispose()
-
-    drop()
-    yield url
-    drop()
 
 
 def test_postgres_same_code_path(pg_url: str, tmp_path: Path) -> None:

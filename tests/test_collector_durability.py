@@ -28,7 +28,6 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from _dbs import any_db_url  # noqa: F401 - the parametrized fixture
 
 from collector import open_store
 from collector._db import TrajectoryRow
@@ -186,7 +185,7 @@ def check_store(db_url: str, acked: set[int], sent: set[int]) -> int:
 
 
 def test_kill_9_during_ingest_loses_no_acknowledged_trajectory(
-    any_db_url: str, tmp_path: Path, servers: list[Server]  # noqa: F811
+    any_db_url: str, tmp_path: Path, servers: list[Server]
 ) -> None:
     db_url = any_db_url
     open_store(db_url).close()  # migrate once up front, so every round's startup is a plain restart
@@ -249,7 +248,7 @@ def _start_worker(url: str, barrier: Any) -> None:
     open_store(url).close()
 
 
-def test_workers_starting_together_on_a_fresh_database_all_come_up(any_db_url: str) -> None:  # noqa: F811
+def test_workers_starting_together_on_a_fresh_database_all_come_up(any_db_url: str) -> None:
     # uvicorn --workers N (or N replicas) each migrate at startup. On SQLite a deferred
     # transaction lost that race with "database is locked" (10 of 10 tries before the fix).
     ctx = multiprocessing.get_context("fork")  # children share the imports: no 3 s start each

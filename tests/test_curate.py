@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from _curate_data import make
 from fastapi.testclient import TestClient
-from test_collector import pg_url, traj  # noqa: F401  (pg_url is a fixture)
+from _trajs import traj
 from typer.testing import CliRunner
 
 from collector import CollectorSettings, Store, create_app, open_store
@@ -190,7 +190,7 @@ def test_migration_0002_backfills_scores_of_an_existing_database(tmp_path: Path)
         store.close()
 
 
-def test_postgres_score_and_stats(pg_url: str) -> None:  # noqa: F811
+def test_postgres_score_and_stats(pg_url: str) -> None:
     store = open_store(pg_url)
     try:
         seed(store, 300)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from _curate_data import make, sentence
-from test_collector import pg_url, traj  # noqa: F401  (pg_url is a fixture)
+from _trajs import traj
 from typer.testing import CliRunner
 
 from collector import ConfigError, Store, UnsupportedFormatError, export, open_store
@@ -402,7 +402,7 @@ def test_memory_does_not_grow_with_the_table(tmp_path: Path, fmt: str) -> None:
 # ---- Postgres ----------------------------------------------------------------------------------
 
 
-def test_postgres_every_format_and_curation(pg_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_postgres_every_format_and_curation(pg_url: str, tmp_path: Path) -> None:
     store = open_store(pg_url)
     try:
         ts = seed(store)

@@ -1,8 +1,12 @@
-"""Each package's public surface is exactly its `__all__`, and every listed name exists."""
+"""Each package's public surface is exactly its `__all__` (STYLE 1): every listed name exists and is
+documented, nothing public is left out of it, and every exception a package exports derives from that
+package's base error, so `except <pkg>Error` catches all of them."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import types
 
 import pytest
 
@@ -10,6 +14,8 @@ EXPECTED = {
     "sdk": {"ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
             "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "looplift_home", "run"},
+    "sdk.infra": {"ServerThread", "ServerThreadError", "atomic_dir", "atomic_open", "atomic_write", "atomic_write_json",
+                  "ensure_secret", "read_secret", "start_server_thread"},
     "server": {"AdapterInvalidError", "AdminAuthError", "AdminClient", "AdminTokenMissingError", "GatewayHandle",
                "GatewaySettings", "GatewayStartError", "HistoryEvent", "InvalidNameError", "NothingToRollBackError",
                "ServerError", "SwapResult", "UpstreamError", "VLLMConfig", "VLLMDiedError", "VLLMServer",
@@ -20,15 +26,20 @@ EXPECTED = {
                   "ExportError", "ExportFilters", "ExportManifest", "GroupStats", "MigrationError", "ServerHandle",
                   "StorageError", "Store", "UnknownTrajectoryError", "UnsupportedFormatError", "anonymize_text",
                   "anonymize_trajectory", "create_app", "export", "open_store", "serve_in_thread"},
-    "trainer": {"BaseModelConfig", "DemoConfig", "EvalResult", "JobConfig", "JobResult", "PublishError", "SFTConfig",
+    "trainer": {"BaseModelConfig", "EvalResult", "JobConfig", "JobResult", "PublishError", "SFTConfig",
                 "SFTResult", "TrainerError", "TrainingDataError", "base_model_dir", "build_base_model", "evaluate",
-                "gate", "run_demo", "run_job", "train_sft", "write_lora_adapter", "write_untrained"},
-    "sandboxes": {"ArithmeticEnv", "ArithmeticVerifier", "BackendChoice", "CodeEnv", "ShellEnv", "DockerSandbox", "EngineUnavailableError",
-                  "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS", "LocalSandbox", "OutputCallback", "Sandbox",
-                  "SandboxBrokenError", "SandboxClosedError", "SandboxConfig", "SandboxError", "SandboxFileError",
-                  "SandboxPool", "SandboxStartError", "build_image", "choose_backend", "detect_backend",
-                  "held_out_tasks", "make_pool", "make_sandbox", "reap_orphans", "training_tasks"},
+                "gate", "run_job", "train_sft", "write_lora_adapter", "write_untrained"},
+    "sandboxes": {"ArithmeticEnv", "ArithmeticVerifier", "BackendChoice", "CodeEnv", "ShellEnv", "DockerSandbox",
+                  "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
+                  "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
+                  "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
+                  "build_image", "choose_backend", "demonstration", "detect_backend", "held_out_tasks", "make_pool",
+                  "make_sandbox", "reap_orphans", "training_tasks"},
+    "looplift": {"main"},
 }
+#: The base error each package's exported exceptions derive from.
+BASE_ERROR = {"server": "ServerError", "collector": "CollectorError", "trainer": "TrainerError",
+              "sandboxes": "SandboxError", "sdk.infra": "ServerThreadError"}
 
 
 @pytest.mark.parametrize("package", sorted(EXPECTED))
@@ -36,5 +47,21 @@ def test_all_is_the_public_surface(package: str) -> None:
     mod = importlib.import_module(package)
     assert set(mod.__all__) == EXPECTED[package]
     assert len(mod.__all__) == len(set(mod.__all__))
+    public = {n for n, v in vars(mod).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    public -= {"annotations"}  # `from __future__ import annotations`
+    assert public == set(mod.__all__), f"public names missing from {package}.__all__: {public - set(mod.__all__)}"
     for name in mod.__all__:
-        assert getattr(mod, name) is not None
+        obj = getattr(mod, name)
+        assert obj is not None
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), f"{package}.{name} has no docstring"
+
+
+@pytest.mark.parametrize("package", sorted(BASE_ERROR))
+def test_exported_errors_share_the_package_base(package: str) -> None:
+    mod = importlib.import_module(package)
+    base = getattr(mod, BASE_ERROR[package])
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        if inspect.isclass(obj) and issubclass(obj, Exception):
+            assert issubclass(obj, base), f"{package}.{name} does not derive from {base.__name__}"

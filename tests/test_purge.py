@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from _dbs import any_db_url  # noqa: F401 - the parametrized fixture
 from typer.testing import CliRunner
 
 from collector import ConfigError, Store, UnknownTrajectoryError, open_store
@@ -39,7 +38,7 @@ def traj(i: int, user: str | int | None = None, content: str = "what is 2+2?") -
 
 
 @pytest.fixture
-def store(any_db_url: str) -> Iterator[Store]:  # noqa: F811 - the imported fixture, used
+def store(any_db_url: str) -> Iterator[Store]:
     s = open_store(any_db_url)
     yield s
     s.close()

@@ -2,12 +2,12 @@
 
 The tiny base-model builder (the embedded default), LoRA SFT on exported trajectories with the loss on
 the model's own tokens only, the eval gate on held-out tasks, and `run_job` — one idempotent retrain
-job (export -> train -> gate -> publish) that `trainer run`, cron and `looplift demo` all call.
+job (export -> train -> gate -> publish) that `trainer run`, cron and `looplift demo` all call. The demo's
+orchestration itself lives in the composition root (`looplift._demo`).
 DPO and GRPO come in later issues; multi-GPU (torchrun + FSDP) is not wired yet.
 """
 
 from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
-from ._demo import DemoConfig, run_demo
 from ._eval import EvalResult, evaluate, gate
 from ._job import JobConfig, JobResult, run_job
 from .errors import PublishError, TrainerError, TrainingDataError
@@ -15,7 +15,6 @@ from .sft import SFTConfig, SFTResult, train_sft
 
 __all__ = [
     "BaseModelConfig",
-    "DemoConfig",
     "EvalResult",
     "JobConfig",
     "JobResult",
@@ -28,7 +27,6 @@ __all__ = [
     "build_base_model",
     "evaluate",
     "gate",
-    "run_demo",
     "run_job",
     "train_sft",
     "write_lora_adapter",

@@ -18,7 +18,6 @@ import hashlib
 import json
 import math
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +26,11 @@ from typing import Callable, Optional
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from sandboxes._arithmetic import demonstration, training_tasks
+from sandboxes import demonstration, training_tasks
+from sdk import looplift_home
+from sdk.infra import atomic_dir
 
 from ._data import collate, encode_chat
-from sdk._home import looplift_home
 from ._tokenizer import build_tokenizer
 
 Progress = Callable[[int, int, float], None]  # (step, total, loss)
@@ -94,16 +94,12 @@ def _llama_config(cfg: BaseModelConfig, vocab: int, tok) -> LlamaConfig:  # type
 def _save(model: LlamaForCausalLM, tok, out_dir: Path, meta: dict) -> Path:  # type: ignore[no-untyped-def]
     """Write an HF directory atomically (temp dir + rename)."""
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    (tmp / "looplift.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / "looplift.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
     return out_dir
 
 

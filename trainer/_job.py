@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
 from sdk import looplift_home
+from sdk.infra import atomic_write_json
 
 from ._eval import EvalResult, evaluate, gate
 from .errors import PublishError
@@ -110,14 +111,11 @@ def run_job(
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     run_dir = runs / run_id
     run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps(_jsonable(config), indent=2))
+    atomic_write_json(run_dir / "config.json", _jsonable(config))
 
     def finish(result: JobResult, data_sha: Optional[str] = None) -> JobResult:
         result = dataclasses.replace(result, seconds=round(time.monotonic() - t0, 2))
-        payload = _jsonable(result) | {"data_sha256": data_sha}
-        tmp = run_dir / "result.json.tmp"
-        tmp.write_text(json.dumps(payload, indent=2))
-        tmp.rename(run_dir / "result.json")
+        atomic_write_json(run_dir / "result.json", _jsonable(result) | {"data_sha256": data_sha})
         return result
 
     say("exporting verified successes")
@@ -163,7 +161,7 @@ def run_job(
 
 def _default_eval_env(n: int) -> tuple[Any, Any, Any]:
     from sandboxes import make_pool
-    from sandboxes._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks
+    from sandboxes import ArithmeticEnv, ArithmeticVerifier, held_out_tasks
 
     pool = make_pool()
     return held_out_tasks(n), (lambda: ArithmeticEnv(pool=pool)), ArithmeticVerifier()

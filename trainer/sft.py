@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Optional
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sdk.infra import atomic_dir
 
 from ._base_model import LORA_TARGETS, Progress, train_causal_lm
 from ._data import encode_chat
@@ -97,12 +98,9 @@ def train_sft(
     loss = train_causal_lm(model, examples, pad_id=tok.pad_token_id, steps=config.steps,
                            batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=progress)
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
     meta = {"config": dataclasses.asdict(config), "base_model": str(base_model_dir), "data": str(data),
             "examples": len(examples), "train_loss": loss}
-    (tmp / "looplift_sft.json").write_text(json.dumps(meta, indent=2))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        (tmp / "looplift_sft.json").write_text(json.dumps(meta, indent=2))
     return SFTResult(adapter_dir=out_dir, train_loss=loss, examples=len(examples), seconds=time.monotonic() - t0)

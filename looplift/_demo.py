@@ -14,7 +14,7 @@ background "canary" keeps sending requests to the alias; any failed request is c
 from __future__ import annotations
 
 import asyncio
-import json
+import io
 import secrets
 import threading
 import time
@@ -27,11 +27,10 @@ import httpx
 
 import sdk
 from sdk import looplift_home
+from sdk.infra import atomic_write, atomic_write_json
+from trainer import BaseModelConfig, JobConfig, SFTConfig, build_base_model, evaluate, run_job
 
-from ._base_model import BaseModelConfig, build_base_model
-from ._eval import evaluate
-from ._job import JobConfig, run_job
-from .sft import SFTConfig
+from ._stack import Stack, StackConfig
 
 
 @dataclass(frozen=True)
@@ -112,10 +111,9 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from collector import CollectorSettings, serve_in_thread
+    from collector import CollectorSettings
     from sandboxes import detect_backend, make_pool
-    from sandboxes._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
-    from server import GatewaySettings, VLLMConfig, start_gateway_in_thread, start_vllm
+    from server import GatewaySettings
 
     con = console or Console()
     t_start = time.monotonic()
@@ -130,90 +128,105 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
 
     backend = config.sandbox_backend or detect_backend()
     con.print(f"sandboxes: [bold]{backend}[/bold]" + ("" if backend == "docker" else " (no Docker engine answered)"))
-    pool = make_pool(backend, size=4)
-    con.print("starting vLLM (CPU build; ~40 s) ...")
-    vllm = start_vllm(VLLMConfig(model_dir=model_dir, port=0, log_path=state / "vllm.log"))
     admin_token = secrets.token_urlsafe(24)
-    gw = start_gateway_in_thread(GatewaySettings(admin_token=admin_token, state_dir=state / "server"), vllm.url,
-                                 "127.0.0.1", 0)
     db_url = f"sqlite:///{state / 'collector.db'}"
-    col = serve_in_thread(CollectorSettings(db_url=db_url), "127.0.0.1", 0)
-    client = sdk.CollectorClient(col.url, spool_dir=state / "spool")
-    con.print(f"gateway {gw.url}  collector {col.url}  state {state}")
-
-    verifier = ArithmeticVerifier()
-    held = held_out_tasks(config.held_out)
-    env = lambda: ArithmeticEnv(pool=pool)  # noqa: E731
-    base_url = gw.url + "/v1"
-    records: list[CycleRecord] = []
-    canary_sent = canary_failed = 0
-    try:
+    stack_config = StackConfig(
+        model_dir=model_dir, gateway=GatewaySettings(admin_token=admin_token, state_dir=state / "server"),
+        collector=CollectorSettings(db_url=db_url), gateway_port=0, collector_port=0, vllm_log=state / "vllm.log")
+    con.print("starting vLLM (CPU build; ~40 s) ...")
+    # Every part is a context manager: whatever ends the demo (an error, SIGTERM, Ctrl-C), each is stopped.
+    with make_pool(backend, size=4) as pool, Stack(stack_config) as stack, \
+            sdk.CollectorClient(stack.collector.url, spool_dir=state / "spool") as client:
+        con.print(f"gateway {stack.gateway.url}  collector {stack.collector.url}  state {state}")
+        loop = _Loop(config, progress, stack.gateway.url, admin_token, db_url, model_dir, state, pool, client)
         with progress:
-            t0 = time.monotonic()
-            bar = progress.add_task("cycle 0: held-out eval", total=len(held))
-            res = asyncio.run(evaluate("policy", held, env, verifier, base_url=base_url, seed=config.seed,
-                                       concurrency=config.concurrency,
-                                       on_episode=lambda _t: progress.advance(bar)))
-            serving = _serving(gw.url, admin_token)
-            records.append(CycleRecord(0, serving, res.success, 0, 0, None, False, round(time.monotonic() - t0, 1)))
-            for cycle in range(1, config.cycles + 1):
-                t0 = time.monotonic()
-                tasks = training_tasks(config.episodes, seed=config.seed * 1000 + cycle)
-                bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
-                trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=client, app="demo",
-                                base_url=base_url, max_steps=4, concurrency=config.concurrency,
-                                sampling=sdk.Sampling(max_tokens=64, seed=config.seed + cycle),
-                                on_episode=lambda _t, b=bar: progress.advance(b))
-                client.flush()
-                rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
-                gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
-                canary = _Canary(gw.url, "policy")
-                job = run_job(
-                    JobConfig(base_model_dir=model_dir, collector_db=db_url, gateway_url=gw.url,
-                              admin_token=admin_token, app="demo", eval_tasks=config.held_out,
-                              eval_seed=config.seed, sft=config.sft, runs_dir=state / "runs"),
-                    eval_env=(held, env, verifier), around_promote=lambda c=canary: c,
-                )
-                progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
-                canary_sent += canary.sent
-                canary_failed += canary.failed
-                serving = _serving(gw.url, admin_token)
-                success = job.candidate_success if job.promoted else job.serving_success
-                records.append(CycleRecord(
-                    cycle, serving, success if success is not None else records[-1].held_out_success, len(trajs),
-                    job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
-                    rollout_success=rollout_success, gate=job.reason))
-    finally:
-        client.close()
-        gw.stop()
-        col.stop()
-        vllm.stop()
-        pool.close()
+            loop.run()
     result = {
-        "cycles": [r.__dict__ for r in records],
-        "swap_requests": canary_sent,
-        "swap_failed_requests": canary_failed,
+        "cycles": [r.__dict__ for r in loop.records],
+        "swap_requests": loop.canary_sent,
+        "swap_failed_requests": loop.canary_failed,
         "sandbox_backend": backend,
         "base_model": str(model_dir),
         "total_seconds": round(time.monotonic() - t_start, 1),
         "state_dir": str(state),
+        "json_out": str(config.json_out),
     }
     _write(config, result)
     return result
 
 
-def _serving(gateway_url: str, token: str) -> str:
-    from server import AdminClient
+@dataclass
+class _Loop:
+    """The cycles of one demo run on a started stack."""
 
-    return AdminClient(gateway_url, token).versions().serving
+    config: DemoConfig
+    progress: Any
+    gateway_url: str
+    admin_token: str
+    db_url: str
+    model_dir: Path
+    state: Path
+    pool: Any
+    client: Any
+    records: list[CycleRecord] = field(default_factory=list)
+    canary_sent: int = 0
+    canary_failed: int = 0
+
+    def run(self) -> None:
+        from sandboxes import ArithmeticEnv, ArithmeticVerifier, held_out_tasks
+
+        cfg, progress = self.config, self.progress
+        verifier = ArithmeticVerifier()
+        held = held_out_tasks(cfg.held_out)
+        pool = self.pool
+        env = lambda: ArithmeticEnv(pool=pool)  # noqa: E731
+        t0 = time.monotonic()
+        bar = progress.add_task("cycle 0: held-out eval", total=len(held))
+        res = asyncio.run(evaluate("policy", held, env, verifier, base_url=self.gateway_url + "/v1", seed=cfg.seed,
+                                   concurrency=cfg.concurrency, on_episode=lambda _t: progress.advance(bar)))
+        self.records.append(CycleRecord(0, self._serving(), res.success, 0, 0, None, False,
+                                        round(time.monotonic() - t0, 1)))
+        for cycle in range(1, cfg.cycles + 1):
+            self.records.append(self._cycle(cycle, held, env, verifier))
+
+    def _cycle(self, cycle: int, held: Any, env: Any, verifier: Any) -> CycleRecord:
+        from sandboxes import training_tasks
+
+        cfg, progress = self.config, self.progress
+        t0 = time.monotonic()
+        tasks = training_tasks(cfg.episodes, seed=cfg.seed * 1000 + cycle)
+        bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
+        trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=self.client, app="demo",
+                        base_url=self.gateway_url + "/v1", max_steps=4, concurrency=cfg.concurrency,
+                        sampling=sdk.Sampling(max_tokens=64, seed=cfg.seed + cycle),
+                        on_episode=lambda _t: progress.advance(bar))
+        self.client.flush()
+        rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
+        gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
+        canary = _Canary(self.gateway_url, "policy")
+        job = run_job(
+            JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
+                      admin_token=self.admin_token, app="demo", eval_tasks=cfg.held_out, eval_seed=cfg.seed,
+                      sft=cfg.sft, runs_dir=self.state / "runs"),
+            eval_env=(held, env, verifier), around_promote=lambda: canary,
+        )
+        progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
+        self.canary_sent += canary.sent
+        self.canary_failed += canary.failed
+        success = job.candidate_success if job.promoted else job.serving_success
+        return CycleRecord(cycle, self._serving(), success if success is not None else self.records[-1].held_out_success,
+                           len(trajs), job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
+                           rollout_success=rollout_success, gate=job.reason)
+
+    def _serving(self) -> str:
+        from server import AdminClient
+
+        return AdminClient(self.gateway_url, self.admin_token).versions().serving
 
 
 def _write(config: DemoConfig, result: dict[str, Any]) -> None:
     out = Path(config.json_out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.rename(out)
+    atomic_write_json(out, result)
     chart = Path(config.chart_out) if config.chart_out else out.with_suffix(".png")
     _chart(result, chart)
     result["chart"] = str(chart)
@@ -240,5 +253,7 @@ def _chart(result: dict[str, Any], path: Path) -> None:
     ax.set_title("looplift demo: held-out success per cycle")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
+    atomic_write(path, buf.getvalue())

@@ -1,0 +1,5 @@
+"""`python -m looplift` is the `looplift` command."""
+
+from ._cli import main
+
+main()

@@ -1,0 +1,215 @@
+"""The `looplift` command: `up` (the whole stack in the foreground), `demo` (the closed loop), and the
+component groups `server`, `collector`, `trainer`, `sandbox`.
+
+A group whose extra is not installed is still listed; using it says which extra to install. `up` and
+`demo` handle SIGTERM/SIGINT/SIGHUP from their first line (`_signals`), stop everything they started
+on the way out (`_stack`), and print one line, never a traceback, when something fails.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from ._signals import Shutdown, shutdown_on_signals
+
+console = Console(stderr=True)
+app = typer.Typer(
+    help="looplift: agents that get better from their own work. Start with `looplift up` or `looplift demo`.",
+    no_args_is_help=True, pretty_exceptions_enable=False,
+)
+
+
+def _mount(module: str, attr: str, name: str, extra: str, help_text: str) -> None:
+    try:
+        mod = __import__(module, fromlist=[attr])
+        app.add_typer(getattr(mod, attr), name=name, help=help_text)
+    except ImportError as e:
+        reason = str(e)  # `e` is unbound after the except block; the callback runs later
+        missing = typer.Typer(help=f"{help_text} (needs `pip install looplift[{extra}]`)")
+
+        @missing.callback(invoke_without_command=True)
+        def _unavailable() -> None:
+            console.print(f"[red]error:[/red] `looplift {name}` needs the [{extra}] extra: {reason}. "
+                          f"Install it with `pip install 'looplift[{extra}]'`.")
+            raise typer.Exit(2)
+
+        app.add_typer(missing, name=name)
+
+
+_mount("server._cli", "app", "server", "server", "Gateway over vLLM: start, versions, load, promote, rollback.")
+_mount("collector._cli", "app", "collector", "collector", "Collector: serve, export, score, stats, purge, anonymize.")
+_mount("trainer._cli", "app", "trainer", "trainer", "Trainer: build the base model, SFT, the retrain job.")
+_mount("sandboxes._cli", "app", "sandbox", "sandboxes", "Sandboxes: build the image, exec a command.")
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    """The component error types a command reports as one line (those whose package is installed)."""
+    found: list[type[BaseException]] = [OSError]
+    for module, name in (("server", "ServerError"), ("collector", "CollectorError"), ("trainer", "TrainerError"),
+                         ("sandboxes", "SandboxError"), ("sdk.errors", "LoopliftError")):
+        try:
+            found.append(getattr(__import__(module, fromlist=[name]), name))
+        except ImportError:
+            pass
+    return tuple(found)
+
+
+def build_tiny_model() -> Path:
+    """The cached tiny base model (built the first time, with a progress bar); needs the [trainer] extra."""
+    try:
+        from trainer import BaseModelConfig, build_base_model
+    except ImportError as e:
+        raise _fail(f"building the default model needs the [trainer] extra ({e}); install it with "
+                    "`pip install 'looplift[trainer]'` or pass --model DIR", 2) from None
+    from rich.progress import Progress
+
+    cfg = BaseModelConfig()
+    with Progress(console=console) as p:
+        bar = p.add_task("tiny base model (cached after the first build)", total=cfg.steps)
+        model = build_base_model(cfg, progress=lambda s, n, loss: p.update(bar, completed=s))
+        p.update(bar, completed=cfg.steps)
+    return model
+
+
+@app.command()
+def up(
+    model: Optional[Path] = typer.Option(None, help="Any local HF causal-LM directory (default: the tiny model "
+                                                    "looplift builds and caches)."),
+    gateway_port: int = typer.Option(8000, help="Gateway port."),
+    collector_port: int = typer.Option(8100, help="Collector port."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind the gateway and collector to."),
+    sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
+) -> None:
+    """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C / SIGTERM."""
+    if sandbox not in (None, "docker", "local"):
+        raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    for flag, port in (("--gateway-port", gateway_port), ("--collector-port", collector_port)):
+        if not _port_free(host, port):  # fail before building a model and the ~40 s vLLM start, not after it
+            raise _fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
+    if model is not None and not (model / "config.json").exists():
+        raise _fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
+    try:
+        with shutdown_on_signals():
+            _up(model, host, gateway_port, collector_port, sandbox)
+    except Shutdown:
+        console.print("stopped")
+    except _known_errors() as e:
+        raise _fail(str(e)) from None
+
+
+def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str]) -> None:
+    import time
+
+    from sdk import looplift_home
+    from server import GatewaySettings
+
+    from ._stack import Stack, StackConfig
+
+    home = looplift_home()
+    model = model or build_tiny_model()
+    collector_settings: Any = None
+    try:
+        from collector import CollectorSettings
+        from sdk.infra import ensure_secret
+
+        key = ensure_secret("LOOPLIFT_COLLECTOR_KEY", "collector.key")
+        collector_settings = CollectorSettings.from_env(api_keys=(key,))
+    except ImportError as e:
+        console.print(f"[yellow]no collector[/yellow] ({e}); install `looplift[collector]` to store episodes")
+    backend = sandbox or _detect_sandbox()
+    console.print("starting vLLM ...")
+    config = StackConfig(model_dir=model, gateway=GatewaySettings.from_env(), collector=collector_settings, host=host,
+                         gateway_port=gateway_port, collector_port=collector_port,
+                         vllm_log=home / "logs" / "vllm.log")
+    with Stack(config) as stack:
+        info = {"gateway": stack.gateway.url + "/v1", "collector": stack.collector.url if stack.collector else None,
+                "model": str(model), "sandbox": backend, "admin_token_file": str(home / "admin.token"),
+                "collector_key_file": str(home / "collector.key"), "home": str(home)}
+        console.print_json(json.dumps(info))
+        console.print("[green]ready[/green] — Ctrl-C to stop")
+        while True:
+            time.sleep(1.0)
+            if not stack.vllm.alive:
+                raise _fail(f"vLLM exited; last log lines:\n{stack.vllm.log_tail()}")
+            if not stack.gateway.running:
+                raise _fail("the gateway thread exited")
+
+
+def _detect_sandbox() -> str:
+    try:
+        from sandboxes import detect_backend
+    except ImportError:
+        return "none (install looplift[sandboxes])"
+    backend = detect_backend()
+    if backend != "docker":
+        console.print("sandboxes: [bold]local[/bold] (no Docker engine with the sandbox image answered; "
+                      "see `looplift sandbox info`)")
+    else:
+        console.print("sandboxes: [bold]docker[/bold]")
+    return backend
+
+
+@app.command()
+def demo(
+    cycles: int = typer.Option(3, min=1, help="Train/gate/publish cycles after the base-model eval."),
+    episodes: int = typer.Option(256, min=8, help="Rollouts per cycle."),
+    held_out: int = typer.Option(100, min=10, help="Held-out tasks (never trained on)."),
+    json_out: Path = typer.Option(Path("bench/results/demo.json"), help="Where to write the per-cycle JSON."),
+    chart: Optional[Path] = typer.Option(None, help="PNG chart path (default: beside --json-out)."),
+    sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
+    seed: int = typer.Option(0, help="Seed for the rollout tasks and sampling."),
+) -> None:
+    """Run the closed loop on the embedded default and show held-out success per cycle."""
+    if sandbox not in (None, "docker", "local"):
+        raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    try:
+        with shutdown_on_signals():
+            from ._demo import DemoConfig, run_demo
+
+            result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
+                                         chart_out=chart, sandbox_backend=sandbox, seed=seed), console=console)
+    except Shutdown as s:
+        raise _fail(f"interrupted by {s}; everything the demo started was stopped", 130) from None
+    except _known_errors() as e:
+        raise _fail(str(e)) from None
+    _print_demo(result)
+
+
+def _print_demo(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="held-out success per cycle")
+    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "seconds"):
+        table.add_column(col, justify="right")
+    for c in result["cycles"]:
+        table.add_row(str(c["cycle"]), c["version"], f"{c['held_out_success']:.0%}", str(c["episodes"]),
+                      str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
+                      "yes" if c["promoted"] else "no", f"{c['seconds']:.0f}")
+    Console(width=max(100, Console().width)).print(table)
+    console.print(f"failed requests during swaps: {result['swap_failed_requests']} of {result['swap_requests']}")
+    console.print(f"wrote {result['json_out']} and chart {result.get('chart')}  (total {result['total_seconds']:.0f} s)")
+
+
+def main() -> None:
+    """Entry point of the `looplift` console script."""
+    app()
