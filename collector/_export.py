@@ -35,10 +35,11 @@ Formats (one JSON object per line):
   worst, and so on while the better one's score is strictly higher; each trajectory is used at
   most once. `source: "correction"` pairs put a user's correction (chosen) against the
   trajectory it corrected (rejected).
-- `grpo`: `{"task_id", "prompt", "rewards", "completions": [{"id", "reward", "score", "success",
-  "messages", "turns"}]}`: one line per (task, prompt) group of at least two scored
+- `grpo`: `{"task_id", "prompt", "rewards", "completions": [{"id", "served_version", "reward", "score",
+  "success", "messages", "turns"}]}`: one line per (task, prompt) group of at least two scored
   trajectories; `rewards` are the final scores; `turns` carry the token ids and logprobs that
-  were ingested, with `message_index` relative to the completion's `messages`.
+  were ingested, with `message_index` relative to the completion's `messages`; `served_version`
+  (the version that sampled them) lets a trainer bound how stale they are.
 
 DPO and GRPO read rows ordered by task and handle one task at a time, at most `MAX_GROUP` rows
 at once (a larger task is handled in consecutive chunks). Memory stays flat whatever the table
@@ -254,8 +255,8 @@ def _grpo_lines(rows: list[_Row], drop: Callable[[str, int], None]) -> list[_Lin
             kr = _prompt_len(r.data["messages"])
             turns = [{**t, "message_index": t["message_index"] - kr} for t in r.data.get("turns") or []
                      if t.get("message_index", -1) >= kr]
-            completions.append({"id": r.id, "reward": r.reward, "score": r.score, "success": r.success,
-                                "messages": _completion(r), "turns": turns})
+            completions.append({"id": r.id, "served_version": r.version, "reward": r.reward, "score": r.score,
+                                "success": r.success, "messages": _completion(r), "turns": turns})
         line = {"task_id": group[0].task_id, "prompt": _msgs(ms[:k]), "rewards": [r.score for r in group],
                 "completions": completions}
         out.append((line, group[0], tuple(r.id for r in group)))

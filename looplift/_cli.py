@@ -178,16 +178,20 @@ def demo(
     chart: Optional[Path] = typer.Option(None, help="PNG chart path (default: beside --json-out)."),
     sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
     seed: int = typer.Option(0, help="Seed for the rollout tasks and sampling."),
+    algo: str = typer.Option("sft", help="sft: rejection-sampling SFT per cycle | grpo: the cycle's rollouts "
+                                         "spent on online GRPO updates (a new adapter version each)."),
 ) -> None:
     """Run the closed loop on the embedded default and show held-out success per cycle."""
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    if algo not in ("sft", "grpo"):
+        raise _fail(f"--algo must be sft or grpo, not {algo!r} (DPO trains from feedback: `trainer run --algo dpo`)", 2)
     try:
         with shutdown_on_signals():
             from ._demo import DemoConfig, run_demo
 
             result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
-                                         chart_out=chart, sandbox_backend=sandbox, seed=seed), console=console)
+                                         chart_out=chart, sandbox_backend=sandbox, seed=seed, algo=algo), console=console)
     except Shutdown as s:
         raise _fail(f"interrupted by {s}; everything the demo started was stopped", 130) from None
     except _known_errors() as e:
@@ -199,10 +203,12 @@ def _print_demo(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="held-out success per cycle")
-    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "seconds"):
+    for col in ("cycle", "version", "held-out success", "episodes", "dropped", "exported", "train loss", "promoted",
+                "seconds"):
         table.add_column(col, justify="right")
     for c in result["cycles"]:
         table.add_row(str(c["cycle"]), c["version"], f"{c['held_out_success']:.0%}", str(c["episodes"]),
+                      "-" if c.get("rollouts_dropped") is None else str(c["rollouts_dropped"]),
                       str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
                       "yes" if c["promoted"] else "no", f"{c['seconds']:.0f}")
     Console(width=max(100, Console().width)).print(table)

@@ -3,6 +3,8 @@
     cycle 0: evaluate the base model (policy-v0) on the held-out tasks
     cycle k: roll out the serving policy on fresh training tasks -> collector (anonymized, scored)
              -> `trainer run` (export verified successes -> LoRA SFT -> gate -> publish/hot-swap)
+    --algo grpo: cycle k spends the same rollout budget on online GRPO updates (`trainer.run_cycle`), each
+             a new adapter version the next rollouts use, then the same gate and publish
 
 The stack (vLLM, gateway, collector) is started in this process on free loopback ports with its own
 state directory under `$LOOPLIFT_HOME/demo/<timestamp>`, so a demo never mixes with data from an
@@ -28,7 +30,7 @@ import httpx
 import sdk
 from sdk import looplift_home
 from sdk.infra import atomic_write, atomic_write_json
-from trainer import BaseModelConfig, JobConfig, SFTConfig, build_base_model, evaluate, run_job
+from trainer import BaseModelConfig, GRPOConfig, JobConfig, OnlineConfig, SFTConfig, build_base_model, evaluate, run_job
 
 from ._stack import Stack, StackConfig
 
@@ -45,6 +47,12 @@ class DemoConfig:
     concurrency: int = 16
     base: BaseModelConfig = field(default_factory=BaseModelConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    algo: str = "sft"
+    """"sft" (rejection-sampling SFT per cycle) or "grpo" (online GRPO updates per cycle)."""
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    online: OnlineConfig = field(default_factory=lambda: OnlineConfig(app="demo"))
+    task_pool: int = 512
+    """GRPO: training tasks the pass-rate sampler draws from (revisits are what its estimates are for)."""
     sandbox_backend: Optional[str] = None
     """"docker", "local" or None (Docker when an engine answers, else local)."""
     json_out: Path = Path("bench/results/demo.json")
@@ -64,6 +72,12 @@ class CycleRecord:
     seconds: float
     rollout_success: Optional[float] = None
     gate: Optional[str] = None
+    rollouts_spent: Optional[int] = None
+    rollouts_dropped: Optional[int] = None
+    """GRPO: rollouts in groups that carried no signal (all rewards equal) or were too stale; never trained on."""
+    updates: Optional[list[dict[str, Any]]] = None
+    split_s: Optional[dict[str, float]] = None
+    """GRPO: the cycle's wall time by part (generation, environment, training, adapter, other, gate)."""
 
 
 class _Canary:
@@ -142,6 +156,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
         with progress:
             loop.run()
     result = {
+        "algo": config.algo,
         "cycles": [r.__dict__ for r in loop.records],
         "swap_requests": loop.canary_sent,
         "swap_failed_requests": loop.canary_failed,
@@ -186,37 +201,64 @@ class _Loop:
                                    concurrency=cfg.concurrency, on_episode=lambda _t: progress.advance(bar)))
         self.records.append(CycleRecord(0, self._serving(), res.success, 0, 0, None, False,
                                         round(time.monotonic() - t0, 1)))
+        online = self._online(env, verifier) if cfg.algo == "grpo" else None
         for cycle in range(1, cfg.cycles + 1):
-            self.records.append(self._cycle(cycle, held, env, verifier))
+            self.records.append(self._cycle(cycle, held, env, verifier, online))
 
-    def _cycle(self, cycle: int, held: Any, env: Any, verifier: Any) -> CycleRecord:
+    def _online(self, env: Any, verifier: Any) -> Any:
+        """GRPO: one learner for the whole run (RL continues its policy; the gate decides what serves), its
+        pass-rate estimates kept in the state directory."""
         from sandboxes import training_tasks
+        from server import AdminClient
+        from trainer import GRPOLearner, OnlineGRPO, PassRateSampler
+
+        cfg = self.config
+        return OnlineGRPO(
+            GRPOLearner(self.model_dir, cfg.grpo), pool=training_tasks(cfg.task_pool, seed=cfg.seed * 1000 + 1),
+            env_factory=env, verifier=verifier, gateway_url=self.gateway_url,
+            admin=AdminClient(self.gateway_url, self.admin_token), adapters_dir=self.state / "grpo-adapters",
+            sampler=PassRateSampler(self.state / "pass_rates.json", seed=cfg.seed), version=self._serving(),
+            config=cfg.online, collector=self.client)
+
+    def _cycle(self, cycle: int, held: Any, env: Any, verifier: Any, online: Any = None) -> CycleRecord:
+        from sandboxes import training_tasks
+        from trainer import run_cycle
 
         cfg, progress = self.config, self.progress
         t0 = time.monotonic()
-        tasks = training_tasks(cfg.episodes, seed=cfg.seed * 1000 + cycle)
-        bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
-        trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=self.client, app="demo",
-                        base_url=self.gateway_url + "/v1", max_steps=4, concurrency=cfg.concurrency,
-                        sampling=sdk.Sampling(max_tokens=64, seed=cfg.seed + cycle),
-                        on_episode=lambda _t: progress.advance(bar))
-        self.client.flush()
-        rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
-        gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
+        job_config = JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
+                               admin_token=self.admin_token, app="demo", eval_tasks=cfg.held_out, eval_seed=cfg.seed,
+                               sft=cfg.sft, algo=cfg.algo, grpo=cfg.grpo, runs_dir=self.state / "runs")
         canary = _Canary(self.gateway_url, "policy")
-        job = run_job(
-            JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
-                      admin_token=self.admin_token, app="demo", eval_tasks=cfg.held_out, eval_seed=cfg.seed,
-                      sft=cfg.sft, runs_dir=self.state / "runs"),
-            eval_env=(held, env, verifier), around_promote=lambda: canary,
-        )
+        grpo: dict[str, Any] = {}
+        if online is None:
+            tasks = training_tasks(cfg.episodes, seed=cfg.seed * 1000 + cycle)
+            bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
+            trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=self.client, app="demo",
+                            base_url=self.gateway_url + "/v1", max_steps=4, concurrency=cfg.concurrency,
+                            sampling=sdk.Sampling(max_tokens=64, seed=cfg.seed + cycle),
+                            on_episode=lambda _t: progress.advance(bar))
+            self.client.flush()
+            rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
+            spent = len(trajs)
+            gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
+            job = run_job(job_config, eval_env=(held, env, verifier), around_promote=lambda: canary)
+        else:
+            updates = max(1, cfg.episodes // (cfg.online.tasks_per_update * cfg.online.group_size))
+            bar = progress.add_task(f"cycle {cycle}: GRPO updates", total=updates)
+            gate_bar = progress.add_task(f"cycle {cycle}: gate", total=1)
+            res = run_cycle(online, job_config, updates, eval_env=(held, env, verifier), around_promote=lambda: canary,
+                            on_update=lambda _r: progress.advance(bar))
+            job, spent, rollout_success = res.job, res.rollouts_spent, res.rollout_success
+            grpo = {"rollouts_dropped": res.rollouts_dropped, "split_s": res.split_s,
+                    "updates": res.summary()["updates"]}
         progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
         self.canary_sent += canary.sent
         self.canary_failed += canary.failed
         success = job.candidate_success if job.promoted else job.serving_success
         return CycleRecord(cycle, self._serving(), success if success is not None else self.records[-1].held_out_success,
-                           len(trajs), job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
-                           rollout_success=rollout_success, gate=job.reason)
+                           spent, job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
+                           rollout_success=rollout_success, gate=job.reason, rollouts_spent=spent, **grpo)
 
     def _serving(self) -> str:
         from server import AdminClient
@@ -250,7 +292,7 @@ def _chart(result: dict[str, Any], path: Path) -> None:
     ax.set_ylim(0, 110)
     ax.set_xlabel("cycle (0 = base model)")
     ax.set_ylabel("held-out success (%)")
-    ax.set_title("looplift demo: held-out success per cycle")
+    ax.set_title(f"looplift demo ({result.get('algo', 'sft')}): held-out success per cycle")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()

@@ -76,21 +76,26 @@ def run_cmd(
     app_name: Optional[str] = typer.Option(None, "--app", help="Only train on this app's trajectories."),
     min_reward: float = typer.Option(1.0, help="Only train on trajectories with at least this reward."),
     min_examples: int = typer.Option(8, help="Skip when fewer examples are exported."),
+    algo: str = typer.Option("sft", help="sft (verified successes) | dpo (preference pairs, corrections as "
+                                         "chosen) | grpo (groups of rollouts; continues the serving adapter)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """One idempotent retrain job: export -> LoRA SFT -> eval gate on held-out tasks -> publish."""
+    """One idempotent retrain job: export -> LoRA SFT/DPO/GRPO -> eval gate on held-out tasks -> publish."""
     from sdk import looplift_home
 
+    from ._algos import ALGOS
     from ._base_model import base_model_dir
     from ._job import JobConfig, run_job
     from .errors import TrainerError
 
+    if algo not in ALGOS:
+        _fail(f"--algo must be one of {', '.join(ALGOS)}, not {algo!r}", 2)
     model_dir = base_model or base_model_dir()
     if not (Path(model_dir) / "config.json").exists():
         _fail(f"no base model at {model_dir}; pass --base-model DIR or run `trainer build-base`", 2)
     cfg = JobConfig(base_model_dir=Path(model_dir), collector_db=db or f"sqlite:///{looplift_home() / 'collector.db'}",
                     gateway_url=gateway, admin_token=token, app=app_name, min_reward=min_reward,
-                    min_examples=min_examples)
+                    min_examples=min_examples, algo=algo)
     try:
         res = run_job(cfg, status=lambda m: console.print(f"[dim]{m}[/dim]"))
     except (TrainerError, OSError) as e:

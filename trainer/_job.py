@@ -1,5 +1,9 @@
 """`trainer run`: one idempotent retrain job — export -> train -> gate -> publish.
 
+`JobConfig.algo` picks what is exported and trained (`sft`, `dpo`, `grpo`; see `_algos`); a caller with
+its own train step (the demo's online GRPO, which rolls out as it trains) passes it as `train` and keeps
+the same gate and publish.
+
 Cron, a Kubernetes CronJob or the demo call the same function. Idempotent: the job hashes the exported
 data; if the last completed run trained on exactly that data it does nothing (and says so). A run's
 state lives in `$LOOPLIFT_HOME/trainer/runs/<run_id>/`: the resolved config, the data, the adapter and
@@ -25,9 +29,13 @@ from typing import Any, Callable, ContextManager, Optional
 from sdk import looplift_home
 from sdk.infra import atomic_write_json
 
+from ._algos import Trained, check_algo, export_for, train_for
 from ._eval import EvalResult, evaluate, gate
+from ._lora import jsonable
+from .dpo import DPOConfig
 from .errors import PublishError
-from .sft import SFTConfig, train_sft
+from .grpo import GRPOConfig
+from .sft import SFTConfig
 
 Status = Callable[[str], None]
 
@@ -53,7 +61,11 @@ class JobConfig:
     eval_tasks: int = 100
     eval_seed: int = 0
     margin: float = 0.0
+    algo: str = "sft"
+    """What to train: "sft" (verified successes), "dpo" (preference pairs), "grpo" (groups of rollouts)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
     runs_dir: Optional[Path] = None
     """Default `$LOOPLIFT_HOME/trainer/runs`."""
 
@@ -77,16 +89,6 @@ class JobResult:
         return self.status == "promoted"
 
 
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return {k: _jsonable(v) for k, v in dataclasses.asdict(obj).items()}  # type: ignore[arg-type]
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
 def _last_completed(runs: Path) -> Optional[dict[str, Any]]:
     done = sorted(p for p in runs.glob("*/result.json"))
     return json.loads(done[-1].read_text()) if done else None
@@ -98,44 +100,50 @@ def run_job(
     status: Optional[Status] = None,
     eval_env: Optional[Any] = None,
     around_promote: Optional[Callable[[], ContextManager[Any]]] = None,
+    train: Optional[Callable[[Path], Trained]] = None,
 ) -> JobResult:
     """Run one retrain job. `eval_env` is `(tasks, env_factory, verifier)` for the gate; default: the
     demo task's held-out set with a sandbox pool picked like `looplift up` picks one.
-    `around_promote` wraps the alias flip (the demo uses it to keep traffic flowing through the swap)."""
-    from collector import export
+    `around_promote` wraps the alias flip (the demo uses it to keep traffic flowing through the swap).
+    `train(run_dir)` replaces export + train (no idempotency check: it brings its own data)."""
     from server import AdminClient
 
+    check_algo(config.algo)
     say = status or (lambda msg: None)
     t0 = time.monotonic()
     runs = Path(config.runs_dir) if config.runs_dir else looplift_home() / "trainer" / "runs"
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     run_dir = runs / run_id
     run_dir.mkdir(parents=True)
-    atomic_write_json(run_dir / "config.json", _jsonable(config))
+    atomic_write_json(run_dir / "config.json", jsonable(config))
 
     def finish(result: JobResult, data_sha: Optional[str] = None) -> JobResult:
         result = dataclasses.replace(result, seconds=round(time.monotonic() - t0, 2))
-        atomic_write_json(run_dir / "result.json", _jsonable(result) | {"data_sha256": data_sha})
+        atomic_write_json(run_dir / "result.json", jsonable(result) | {"data_sha256": data_sha})
         return result
 
-    say("exporting verified successes")
-    data = run_dir / "data.jsonl"
-    manifest = export(config.collector_db, data, format="sft", min_reward=config.min_reward, app=config.app)
-    exported = manifest.count
-    data_sha = manifest.sha256
-    last = _last_completed(runs)
-    if last is not None and last.get("data_sha256") == data_sha:
-        return finish(JobResult(run_id, "skipped", f"no new data since run {last['run_id']}", exported), data_sha)
-    if exported < config.min_examples:
-        return finish(JobResult(run_id, "skipped", f"only {exported} examples (< {config.min_examples})", exported),
-                      data_sha)
-
-    say(f"training LoRA on {exported} examples")
-    sft = train_sft(config.base_model_dir, data, run_dir / "adapter", config.sft)
-
     admin = AdminClient(config.gateway_url, config.admin_token)
+    data_sha: Optional[str] = None
+    if train is not None:
+        trained = train(run_dir)
+        exported = trained.examples
+    else:
+        say(f"exporting {config.algo} data")
+        data = run_dir / "data.jsonl"
+        manifest = export_for(config, data)
+        exported = manifest.count
+        data_sha = manifest.sha256
+        last = _last_completed(runs)
+        if last is not None and last.get("data_sha256") == data_sha:
+            return finish(JobResult(run_id, "skipped", f"no new data since run {last['run_id']}", exported), data_sha)
+        if exported < config.min_examples:
+            return finish(JobResult(run_id, "skipped", f"only {exported} examples (< {config.min_examples})", exported),
+                          data_sha)
+        say(f"training LoRA ({config.algo}) on {exported} examples")
+        trained = train_for(config, data, run_dir / "adapter", admin, manifest)
+
     try:
-        candidate = admin.load(str(sft.adapter_dir)).name
+        candidate = admin.load(str(trained.adapter_dir)).name
     except Exception as e:
         raise PublishError(f"the gateway refused the adapter from run {run_id}: {e}") from e
     serving = admin.versions().serving
@@ -150,7 +158,7 @@ def run_job(
         return c, s
 
     cand, serv = asyncio.run(both())
-    common = dict(exported=exported, train_loss=sft.train_loss, candidate=candidate, candidate_success=cand.success,
+    common = dict(exported=exported, train_loss=trained.train_loss, candidate=candidate, candidate_success=cand.success,
                   serving=serving, serving_success=serv.success)
     if gate(cand, serv, margin=config.margin):
         with around_promote() if around_promote is not None else contextlib.nullcontext():

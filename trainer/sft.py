@@ -13,7 +13,6 @@ accumulation, multi-GPU (FSDP comes with the multi-GPU issue).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -21,12 +20,10 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
-from sdk.infra import atomic_dir
-
-from ._base_model import LORA_TARGETS, Progress, train_causal_lm
-from ._data import encode_chat
+from ._data import Progress, encode_chat, train_causal_lm
+from ._lora import lora_model, save_adapter
 from .errors import TrainingDataError
 
 
@@ -80,8 +77,6 @@ def train_sft(
     progress: Optional[Progress] = None,
 ) -> SFTResult:
     """Train a LoRA adapter on `data` (SFT JSONL) over `base_model_dir`; write it atomically to `out_dir`."""
-    from peft import LoraConfig, get_peft_model
-
     t0 = time.monotonic()
     convs = load_sft_jsonl(Path(data))
     if not convs:
@@ -89,18 +84,9 @@ def train_sft(
     torch.manual_seed(config.seed)
     tok = AutoTokenizer.from_pretrained(base_model_dir)
     examples = [encode_chat(tok, c, max_len=config.max_len) for c in convs]
-    base = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
-    model = get_peft_model(
-        base,
-        LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=LORA_TARGETS,
-                   task_type="CAUSAL_LM"),
-    )
+    model = lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
     loss = train_causal_lm(model, examples, pad_id=tok.pad_token_id, steps=config.steps,
                            batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=progress)
-    out_dir = Path(out_dir)
-    meta = {"config": dataclasses.asdict(config), "base_model": str(base_model_dir), "data": str(data),
-            "examples": len(examples), "train_loss": loss}
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        (tmp / "looplift_sft.json").write_text(json.dumps(meta, indent=2))
-    return SFTResult(adapter_dir=out_dir, train_loss=loss, examples=len(examples), seconds=time.monotonic() - t0)
+    meta = {"config": config, "base_model": base_model_dir, "data": data, "examples": len(examples), "train_loss": loss}
+    save_adapter(model, Path(out_dir), "sft", meta)
+    return SFTResult(adapter_dir=Path(out_dir), train_loss=loss, examples=len(examples), seconds=time.monotonic() - t0)
