@@ -51,8 +51,8 @@ class DemoConfig:
     """"sft" (rejection-sampling SFT per cycle) or "grpo" (online GRPO updates per cycle)."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     online: OnlineConfig = field(default_factory=lambda: OnlineConfig(app="demo"))
-    task_pool: int = 512
-    """GRPO: training tasks the pass-rate sampler draws from (revisits are what its estimates are for)."""
+    task_pool: int = 2000
+    """GRPO: training tasks the pass-rate sampler draws from (by kind: how many digits a task has)."""
     sandbox_backend: Optional[str] = None
     """"docker", "local" or None (Docker when an engine answers, else local)."""
     json_out: Path = Path("bench/results/demo.json")
@@ -217,7 +217,8 @@ class _Loop:
             GRPOLearner(self.model_dir, cfg.grpo), pool=training_tasks(cfg.task_pool, seed=cfg.seed * 1000 + 1),
             env_factory=env, verifier=verifier, gateway_url=self.gateway_url,
             admin=AdminClient(self.gateway_url, self.admin_token), adapters_dir=self.state / "grpo-adapters",
-            sampler=PassRateSampler(self.state / "pass_rates.json", seed=cfg.seed), version=self._serving(),
+            sampler=PassRateSampler(self.state / "pass_rates.json", seed=cfg.seed, kind_of=digits),
+            version=self._serving(),
             config=cfg.online, collector=self.client)
 
     def _cycle(self, cycle: int, held: Any, env: Any, verifier: Any, online: Any = None) -> CycleRecord:
@@ -264,6 +265,11 @@ class _Loop:
         from server import AdminClient
 
         return AdminClient(self.gateway_url, self.admin_token).versions().serving
+
+
+def digits(task: Any) -> str:
+    """The kind of an arithmetic task for the pass-rate sampler: how many digits it must copy."""
+    return str(sum(c.isdigit() for c in str(task.data.get("expression", ""))))
 
 
 def _write(config: DemoConfig, result: dict[str, Any]) -> None:

@@ -218,13 +218,26 @@ def _trajs(task: str, wins: int, n: int) -> list[Trajectory]:
 def test_pass_rate_sampler_prefers_informative_tasks_and_persists(tmp_path: Path) -> None:
     pool = [Task(id=f"t{i}", prompt="p") for i in range(3)]
     s = PassRateSampler(tmp_path / "rates.json", seed=0)
+    s.pick(pool, 3)
     s.observe(_trajs("t0", 8, 8) + _trajs("t1", 4, 8) + _trajs("t2", 0, 8))
     picks = [s.pick(pool, 1)[0].id for _ in range(300)]
     assert picks.count("t1") > 2 * max(picks.count("t0"), picks.count("t2"))
     again = PassRateSampler(tmp_path / "rates.json", seed=1)
-    assert again.pass_rate("t1") == pytest.approx(0.5) and again.pass_rate("t0") > 0.8 > 0.2 > again.pass_rate("t2")
+    rate = {t.id: again.pass_rate(t) for t in pool}
+    assert rate["t1"] == pytest.approx(0.5) and rate["t0"] > 0.8 > 0.2 > rate["t2"]
     assert sorted(t.id for t in again.pick(pool, 3)) == ["t0", "t1", "t2"]  # distinct tasks
     assert len(UniformSampler(0).pick(pool, 2)) == 2
+
+
+def test_pass_rate_sampler_skips_unseen_tasks_of_a_mastered_kind(tmp_path: Path) -> None:
+    easy = [Task(id=f"e{i}", prompt="p", data={"kind": "easy"}) for i in range(20)]
+    mixed = [Task(id=f"m{i}", prompt="p", data={"kind": "mixed"}) for i in range(20)]
+    s = PassRateSampler(seed=0, kind_of=lambda t: t.data["kind"])
+    s.pick(easy[:2] + mixed[:2], 4)
+    s.observe(_trajs("e0", 8, 8) + _trajs("e1", 8, 8) + _trajs("m0", 4, 8) + _trajs("m1", 3, 8))
+    unseen = easy[2:] + mixed[2:]
+    picks = [t.data["kind"] for _ in range(50) for t in s.pick(unseen, 4)]
+    assert picks.count("mixed") > 3 * picks.count("easy")
 
 
 def test_timeline_attributes_overlapping_parts_once() -> None:
@@ -264,27 +277,40 @@ def _greedy_first_turns(model: Any, tok: Any, tasks: list[Task]) -> list[str]:
     return out
 
 
+def _pairs_file(path: Path, tasks: list[Task]) -> Path:
+    with open(path, "w") as f:
+        for t in tasks:
+            e = t.data["expression"]
+            f.write(json.dumps({"prompt": [{"role": "user", "content": t.prompt}],
+                                "chosen": [{"role": "assistant", "content": _code(e, True)}],
+                                "rejected": [{"role": "assistant", "content": _code(e, False)}]}) + "\n")
+    return path
+
+
 @pytest.mark.slow
 def test_dpo_learns_a_synthetic_preference_measured_on_held_out_prompts(tmp_path: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer import BaseModelConfig, build_base_model
+    from trainer.dpo import _both, load_dpo_jsonl
 
     base = build_base_model(BaseModelConfig(n_demos=300, steps=30, batch_size=16), out_dir=tmp_path / "base")
-    data = tmp_path / "pairs.jsonl"
-    with open(data, "w") as f:
-        for t in training_tasks(64, 3):
-            e = t.data["expression"]
-            f.write(json.dumps({"prompt": [{"role": "user", "content": t.prompt}],
-                                "chosen": [{"role": "assistant", "content": _code(e, True)}],
-                                "rejected": [{"role": "assistant", "content": _code(e, False)}]}) + "\n")
-    held = held_out_tasks(20)  # prompts never in the pairs
+    held = held_out_tasks(20)  # prompts never in the training pairs
     tok = AutoTokenizer.from_pretrained(base)
     before = _greedy_first_turns(AutoModelForCausalLM.from_pretrained(base), tok, held)
     assert sum("# compute" in x for x in before) == 0 and sum("print(" in x for x in before) >= 15
-    res = train_dpo(base, data, tmp_path / "adapter", DPOConfig(steps=30, lr=1e-3))
+    res = train_dpo(base, _pairs_file(tmp_path / "pairs.jsonl", training_tasks(64, 3)), tmp_path / "adapter",
+                    DPOConfig(steps=60, lr=2e-3))
     assert res.pairs == 64 and res.accuracy > 0.9
     tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(res.adapter_dir))
+    # Held out, DPO's own measure: the tuned policy prefers the chosen reply more than the reference does.
+    pairs = load_dpo_jsonl(_pairs_file(tmp_path / "held.jsonl", held), tok)
+    with torch.no_grad():
+        pol_c, pol_r, _ = _both(tuned, pairs, tok.pad_token_id)
+        with tuned.disable_adapter():
+            ref_c, ref_r, _ = _both(tuned, pairs, tok.pad_token_id)
+    assert float((((pol_c - ref_c) - (pol_r - ref_r)) > 0).float().mean()) >= 0.9
+    # And what it now writes on held-out prompts, greedily.
     after = _greedy_first_turns(tuned, tok, held)
     assert sum("# compute\nprint(" in x for x in after) >= 16, after

@@ -167,3 +167,20 @@ def test_trainer_run_trains_from_the_collector_export_and_gates(gateway: Gateway
         assert meta["step"] == 1 and meta["stats"]["rollouts"] == 12 and meta["stats"]["dropped_stale"] == 0
     else:
         assert meta["pairs"] == 6
+
+
+def test_run_cycle_trains_online_then_gates_and_points_the_next_rollouts_at_the_candidate(
+        gateway: GatewayHandle, looplift_model_dir: Path, tmp_path: Path) -> None:
+    from trainer import run_cycle
+
+    online = _online(gateway, looplift_model_dir, tmp_path, "sync", Keep())
+    job = JobConfig(base_model_dir=looplift_model_dir, collector_db=f"sqlite:///{tmp_path / 'unused.db'}",
+                    gateway_url=gateway.url, admin_token=ADMIN, algo="grpo", runs_dir=tmp_path / "runs")
+    res = run_cycle(online, job, 2, eval_env=(_tasks(2), EchoEnv, HalfVerifier()))
+    assert [u.published for u in res.updates] == ["policy-v1", None]  # the last update is the job's to load and gate
+    assert res.job.candidate == "policy-v2" and res.job.status in ("promoted", "rejected")
+    assert online.version == "policy-v2" and res.rollouts_spent == 16 and res.job.exported == 16
+    assert set(res.split_s) == {"adapter", "generation", "training", "environment", "other", "gate"}
+    assert res.split_s["gate"] > 0 and res.split_s["generation"] > 0 and res.split_s["training"] > 0
+    meta = json.loads((next((tmp_path / "runs").iterdir()) / "adapter" / "looplift_grpo.json").read_text())
+    assert meta["step"] == 2 and [u["published"] for u in meta["updates"]] == ["policy-v1", None]

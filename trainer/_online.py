@@ -186,7 +186,12 @@ class OnlineGRPO:
         out = []
         try:
             for k in range(updates):
-                batch = await queue.get()
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, producer}, return_when=asyncio.FIRST_COMPLETED)
+                if producer.done() and producer.exception() is not None:  # no batch will come: raise its error
+                    getter.cancel()
+                    producer.result()
+                batch = await getter
                 out.append(await asyncio.to_thread(self._train, batch, publish_last or k < updates - 1))
                 async with done:
                     finished = k + 1
