@@ -3,7 +3,7 @@
 Runs on every ingest (`Store.add_trajectories`, `Store.add_feedback`) and behind
 `collector anonymize`, always through `Anonymizer.text`. Two kinds of detectors feed it:
 
-- rules (`_pii_rules`): e-mail, phone (international, E.164, NANP, national formats, extensions),
+- rules (`_pii_scan` runs `_pii_detectors`): e-mail, phone (international, E.164, NANP, national formats, extensions),
   IPv4/IPv6, payment cards (12-19 digits, issuer ranges, Luhn), IBAN (mod-97), US SSN (SSA rules;
   unformatted only when called an SSN), dates of birth after "born", "DOB", "date of birth" and
   their French/German/Spanish/Italian/Dutch equivalents, `user:password@` in URLs, API keys and
@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 from sdk import Trajectory
 
-from . import _pii_rules, _pseudonyms
+from . import _pii_scan, _pseudonyms
 from ._defaults import ENV_PSEUDONYM_KEY
 from ._pseudonyms import MODES
 
@@ -156,7 +156,7 @@ class Anonymizer:
     def detect(self, text: str) -> list[tuple[int, int, str, str]]:
         """Non-overlapping `(start, end, kind, key)` spans of `text`, in order; `key` is the
         normalized value (what decides "same value")."""
-        cands, masked = _pii_rules.find_masked(text)
+        cands, masked = _pii_scan.find_masked(text)
         if self.names:
             for s, e, kind in (self._name_model or self.name_model()).find(masked):
                 key = " ".join(text[s:e].lower().replace(",", " ").split())

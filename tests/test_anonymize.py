@@ -20,7 +20,7 @@ import pytest
 
 from collector import AnonymizerState, anonymize_text, anonymize_trajectory
 from collector._anonymize import Anonymizer
-from collector._pii_rules import IBAN_LENGTHS, card_iin_ok, iban_mod97, luhn_ok
+from collector._pii_checks import IBAN_LENGTHS, card_iin_ok, iban_mod97, luhn_ok
 from collector._pseudonyms import _luhn_check_digit
 from sdk._types import (
     Feedback,

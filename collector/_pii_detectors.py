@@ -1,149 +1,29 @@
-"""Rule-based detectors: one compiled regex per format plus a validator for what a regex alone
-cannot decide (Luhn and issuer ranges for cards, mod-97 for IBANs, SSA rules for SSNs, calendar
-checks for dates of birth, Shannon entropy for secrets, `ipaddress` for IPv6) and a look at the
-few characters before a number (is it `phone:` or `order #`, `x = ` in code, an operand of `+`?).
+"""The rule-based detectors: one compiled pattern per format and a validator per kind.
 
-Speed comes from not running patterns where they cannot match: a cheap trigger per detector
-(`"@" in text`, a key prefix, `"://"`), for the digit-based detectors a scan restricted to runs of
-digits and phone/card punctuation (not those inside hashes and UUIDs), class-first patterns that
-`re` can skip through in C, and masking: keys, tokens, PEM blocks and e-mails are found first and
-blanked out, so nothing else looks for numbers or names inside them.
-
-`find(text)` returns candidates `(start, end, tier, rank, kind, key)`; the anonymizer picks
-non-overlapping ones. `key` is the normalized value (same value, same pseudonym).
+Each `Detector` says where its values can be (`scope`), a cheap trigger that must hold for it to
+run at all, and either a pattern plus a validator (which may look at the value, `_pii_checks`, and
+at the words before it, `_pii_context`) or a function that yields spans itself (PEM blocks, URL
+credentials, IBANs, dates of birth, keyed secrets). The engine that runs them is `_pii_scan`.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import date
 
-Candidate = tuple[int, int, int, int, str, str]  # start, end, tier, rank, kind, key
-
-# ---------------------------------------------------------------------------------------------
-# Context around numbers
-
-# Runs only for numbers that matched a phone or card pattern, but on every such number: string
-# operations and lowercase patterns, no case-insensitive alternations (7x slower in `re`).
-# `name = ` / `"name": ` right before a value; group 1 is the name, 2 and 4 the spaces, 3 the operator.
-_ASSIGNED = re.compile(r"([A-Za-z_][\w.\-]*)[\"']?(\s*)(=|:|=>|:=)(\s*)[\"']?$")
-_PHONE_WORDS = re.compile(
-    r"tel|phone|mobile|cell|fax|call|contact|reach|sms|whats ?app|dial|telefon|téléphone|"
-    r"portable|handy|móvil|cellulare|numéro|nummer|número|numero|hotline|landline"
+from ._pii_checks import (
+    IBAN_LENGTHS,
+    _MONTHS,
+    _digits,
+    card_iin_ok,
+    iban_mod97,
+    luhn_ok,
+    parse_date,
+    secret_value_ok,
 )
-_CARD_WORDS = re.compile(r"card|cc|pan|credit|debit|visa|master|amex|payment|pay")
-_ID_IDENT = re.compile(
-    r"(?:^|_|-|\.)(?:id|ids|uid|pid|no|nr|num|order|invoice|ticket|account|acct|ref|seed|ts|timestamp|time|"
-    r"epoch|port|size|bytes|count|total|sum|max|min|len|length|hash|version|build|serial|sku|upc|ean|isbn|zip|"
-    r"postal|amount|price|balance|step|steps|iter|offset|limit|nonce|block|height|lat|lon|n|x|y|z|i|j|k)(?:$|_|-)"
-    r"|id$|ids$|count$|size$|bytes$|hash$"
-)
-# The word right before a number that makes it an id or a count ("order 5551234567", "#4821").
-_ID_WORDS = frozenset(
-    "id ids uid pid # no no. nr nr. num order invoice ticket account acct ref seed ts timestamp time epoch port "
-    "size bytes count total sum max min len length hash version build serial sku upc ean isbn zip postal amount "
-    "price balance step iter offset limit nonce block height".split()
-)
-_OP_AFTER = re.compile(r"\s*(?:[+*%^]|-\s|==|!=|<=|>=)")
-_CLOSE_AFTER = re.compile(r"\s*[)\]]")
-_LIST_ITEM = re.compile(r"\s*,")
-_DIV_AFTER = re.compile(r"\s*/")
-
-
-def _last_word(before: str) -> str:
-    """The last whitespace-separated word of `before`, lowercased, without trailing `:`, `=`, quotes."""
-    parts = before.split()
-    if not parts:
-        return ""
-    w = parts[-1].lower().rstrip(":=\"'(")
-    return w or (parts[-2].lower().rstrip(":=\"'(") if len(parts) > 1 else "")
-
-
-def _context(text: str, start: int, end: int, positive: re.Pattern[str], strict: bool) -> int:
-    """+1 if the value is introduced as what `positive` names, -1 if as an id, a count or an operand,
-    else 0. `strict` (unformatted digit runs): also -1 when assigned in code style (`x = 123`) or
-    inside brackets, where bare numbers are almost always just numbers; `key=value` and `key: value`
-    (configs, logs, query strings) stay neutral."""
-    before = text[max(0, start - 32):start]
-    tail = before.rstrip(" \t\"'")
-    last = tail[-1:]
-    if last in ("=", ":", ">") and last:
-        m = _ASSIGNED.search(before)
-        if m:
-            ident, op = m.group(1).lower(), m.group(3)
-            if positive.search(ident):
-                return 1
-            code_style = op != ":" and m.group(2) and m.group(4)
-            if _ID_IDENT.search(ident) or (strict and code_style) or _OP_AFTER.match(text, end):
-                return -1
-            return 0
-    if positive.search(before[-20:].lower()):
-        return 1
-    word = _last_word(before)
-    if word in _ID_WORDS or word.startswith("#") or last in ("+", "*", "%", "^", "=") or tail.endswith(" -") \
-            or _OP_AFTER.match(text, end):
-        return -1
-    if strict and (last in ("(", "[", "/") or _CLOSE_AFTER.match(text, end) or _DIV_AFTER.match(text, end)
-                   or (last == "," and _LIST_ITEM.match(text, end))):
-        return -1
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Validators
-
-
-_NON_DIGITS = re.compile(r"[^0-9]+")
-
-
-def _digits(s: str) -> str:
-    return _NON_DIGITS.sub("", s)
-
-
-def luhn_ok(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        if i % 2 == 1:
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return total % 10 == 0
-
-
-def card_iin_ok(d: str) -> bool:
-    """Does the number start with an issuer prefix that issues numbers of this length?"""
-    n = len(d)
-    p2, p3, p4, p6 = int(d[:2]), int(d[:3]), int(d[:4]), int(d[:6])
-    if d[0] == "4":
-        return n in (13, 16, 19)  # Visa
-    if 51 <= p2 <= 55 or 2221 <= p4 <= 2720:
-        return n == 16  # Mastercard
-    if p2 in (34, 37):
-        return n == 15  # American Express
-    if 300 <= p3 <= 305 or p2 in (36, 38, 39) or p4 == 3095:
-        return 14 <= n <= 19  # Diners Club
-    if p2 == 35:
-        return 16 <= n <= 19  # JCB (assigned 3528-3589; test data uses all of 35xx)
-    if p4 in (1800, 2131):
-        return n == 15  # JCB (legacy 15-digit)
-    if p4 == 6011 or 644 <= p3 <= 649 or p2 == 65 or 622126 <= p6 <= 622925:
-        return 16 <= n <= 19  # Discover
-    if 2200 <= p4 <= 2204:
-        return 16 <= n <= 19  # Mir
-    if p2 == 62 or p2 == 81:
-        return 16 <= n <= 19  # UnionPay
-    if p2 == 50 or 56 <= p2 <= 69:
-        return 12 <= n <= 19  # Maestro (incl. 6304, 6759, 676x)
-    if p4 == 9792:
-        return n == 16  # Troy
-    return False
-
+from ._pii_context import _CARD_WORDS, _PHONE_WORDS, _context
 
 _CARD_GROUPS = {(4, 4, 4, 4), (4, 6, 5), (4, 6, 4), (4, 4, 4, 4, 3), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3),
                 (4, 4, 5), (4, 4, 4), (4, 4, 4, 4, 1), (4, 4, 4, 4, 2), (4, 4, 4, 5), (6, 13), (4, 5, 5)}
@@ -253,22 +133,7 @@ def _ipv6(text: str, m: re.Match[str]) -> str | None:
     return addr.compressed
 
 
-#: IBAN length per country (ISO 13616 registry).
-IBAN_LENGTHS = {
-    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BI": 27, "BR": 29,
-    "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DJ": 27, "DK": 18, "DO": 28, "EE": 20, "EG": 29,
-    "ES": 24, "FI": 18, "FK": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28,
-    "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28,
-    "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "LY": 25, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MN": 20,
-    "MR": 27, "MT": 31, "MU": 30, "NI": 28, "NL": 18, "NO": 15, "OM": 23, "PK": 24, "PL": 28, "PS": 29, "PT": 25,
-    "QA": 29, "RO": 24, "RS": 22, "RU": 33, "SA": 24, "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27,
-    "SO": 23, "ST": 25, "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
-}
 
-
-def iban_mod97(s: str) -> int:
-    moved = s[4:] + s[:4]
-    return int("".join(str(int(ch, 36)) for ch in moved)) % 97
 
 
 def _iban_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
@@ -314,22 +179,6 @@ def _ssn(text: str, m: re.Match[str]) -> str | None:
 
 _SSN_CONTEXT = re.compile(r"(?i)(?:\bssn|social security|soc\.? ?sec|\bss#|sozialversicherung|tax ?id|\btin)\b[^\n\d]{0,24}$")
 
-_MONTHS = {
-    m: i + 1 for i, names in enumerate([
-        ("january", "jan", "januar", "janvier", "enero", "gennaio", "januari"),
-        ("february", "feb", "februar", "février", "fevrier", "febrero", "febbraio", "februari"),
-        ("march", "mar", "märz", "maerz", "mars", "marzo", "maart"),
-        ("april", "apr", "avril", "abril", "aprile"),
-        ("may", "mai", "mayo", "maggio", "mei"),
-        ("june", "jun", "juni", "juin", "junio", "giugno"),
-        ("july", "jul", "juli", "juillet", "julio", "luglio"),
-        ("august", "aug", "août", "aout", "agosto", "augustus"),
-        ("september", "sep", "sept", "septembre", "septiembre", "settembre"),
-        ("october", "oct", "oktober", "octobre", "octubre", "ottobre", "okt"),
-        ("november", "nov", "novembre", "noviembre"),
-        ("december", "dec", "dezember", "décembre", "decembre", "diciembre", "dicembre", "dez"),
-    ]) for m in names
-}
 _MONTH_RE = "|".join(sorted((re.escape(m) for m in _MONTHS), key=len, reverse=True))
 _DATE = (
     r"(?P<date>\d{4}[-/.]\d{1,2}[-/.]\d{1,2}"
@@ -345,36 +194,6 @@ _DOB_SRC = (
 )
 _DOB_LOW = re.compile(_DOB_SRC)
 _DOB = re.compile("(?i)" + _DOB_SRC)
-
-
-def _parse_date(s: str) -> tuple[int, int, int] | None:
-    """(year, month, day) if `s` is a calendar date, trying day-first and month-first orders."""
-    low = s.lower()
-    nums = [int(x) for x in re.findall(r"\d+", low)]
-    word = re.search(r"[a-zäéû]+", re.sub(r"\d+(?:st|nd|rd|th)", "", low).replace("of", ""))
-    cands: list[tuple[int, int, int]] = []
-    if word:
-        mon = _MONTHS.get(word.group(0))
-        if mon is None or len(nums) != 2:
-            return None
-        day, year = (nums[0], nums[1]) if nums[1] > 31 else (nums[1], nums[0])
-        cands.append((year, mon, day))
-    elif len(nums) == 3:
-        a, b, c = nums
-        if re.match(r"\d{4}", s):
-            cands.append((a, b, c))
-        else:
-            year = c + (1900 if c >= 30 else 2000) if c < 100 else c
-            cands += [(year, b, a), (year, a, b)]
-    today = date.today()
-    for y, mo, d in cands:
-        try:
-            dt = date(y, mo, d)
-        except ValueError:
-            continue
-        if date(1900, 1, 1) <= dt <= today:
-            return y, mo, d
-    return None
 
 
 # Substrings one of the DOB keywords must contain: a plain `in` test per trigger is far cheaper than
@@ -405,7 +224,7 @@ def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]
     pattern, subject = (_DOB_LOW, low) if len(low) == len(text) else (_DOB, text)
     for w_start, w_end in merged:
         for m in pattern.finditer(subject, w_start, w_end):
-            parsed = _parse_date(m.group("date"))
+            parsed = parse_date(m.group("date"))
             if parsed is not None:
                 yield m.start("date"), m.end("date"), "%04d-%02d-%02d" % parsed
 
@@ -441,52 +260,9 @@ _NOT_SECRET_KEY = re.compile(
     r"num_?token|key_?(?:id|name|path|file|type|size|length|len)$|secret_?(?:name|ref|path|arn)$|"
     r"password_?(?:field|label|policy|length|min|max|hint|reset|hash|changed)|has_|is_|_enabled|_required"
 )
-_DOTTED_IDENT = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
-_PLACEHOLDER_VALUES = {"none", "null", "true", "false", "undefined", "nil", "empty", "required", "optional", "string",
-                       "password", "secret", "token", "changeme", "example", "redacted", "hidden", "xxxxxx",
-                       "default", "example_key", "your_api_key", "your-api-key"}
-
-
-def shannon_entropy(s: str) -> float:
-    counts: dict[str, int] = {}
-    for ch in s:
-        counts[ch] = counts.get(ch, 0) + 1
-    n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
-
-
-def _char_classes(s: str) -> int:
-    return (any(c.islower() for c in s) + any(c.isupper() for c in s) + any(c.isdigit() for c in s)
-            + any(not c.isalnum() for c in s))
-
-
-def secret_value_ok(value: str, password_like: bool, quoted: bool = False) -> bool:
-    """Is `value` (after a key-like name) a secret rather than code, a placeholder or a count?
-    A quoted value may be a short mixed string ("k5v(6Rrp!"); an unquoted one must look random."""
-    low = value.lower()
-    if low in _PLACEHOLDER_VALUES or value.isdigit() or len(set(value)) <= 2:
-        return False
-    if _TEMPLATE_VALUE.match(value) or value.startswith(("os.", "process.", "env.", "self.", "http")):
-        return False
-    if _DOTTED_IDENT.match(value):  # config.secret, settings.API_KEY
-        return False
-    if password_like:
-        # Any password is a secret, but "required" or "string" (schemas, docs) are not passwords.
-        return _char_classes(value) >= 2 or len(value) >= 12
-    if quoted and len(value) >= 8 and _char_classes(value) >= 3:
-        return True
-    if len(value) < 16:
-        return False
-    has_digit = any(c.isdigit() for c in value)
-    has_alpha = any(c.isalpha() for c in value)
-    if not (has_digit and has_alpha):
-        return False
-    return shannon_entropy(value) >= 3.0
-
 
 _VALUE_DELIMS = re.compile(r"[,;&<>(){}\[\]]")
 _NEXT_PARAM = re.compile(r"&\w+=")
-_TEMPLATE_VALUE = re.compile(r"^(?:\$\{.*\}|\$[A-Z_][A-Z0-9_]*|%\(\w+\)s|\{\{.*\}\}|\*+|x+|X+|<.*>|\.\.\.)$")
 
 
 def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
@@ -542,6 +318,7 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
         done = vs + len(val)
         if secret_value_ok(val, password_like):
             yield vs, vs + len(val), val
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -727,119 +504,3 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("SECRET", None, None, lambda _, low: _has_secret_stem(low), 16, spans=_secret_spans),
 )
 
-
-_NO_DIGITS = str.maketrans("", "", "0123456789")
-
-
-def _numeric_windows(text: str) -> list[tuple[int, int, str, int]]:
-    """(start, end, window text, digits in the run) for runs of 7+ characters."""
-    n = len(text)
-    out = []
-    for m in _NUMERIC_RUN.finditer(text):
-        s, e = m.span()
-        if e - s >= 7:
-            if s and e < n and text[s - 1].isalpha() and text[e].isalnum():
-                continue  # inside a hash, UUID or base64 token: nothing can match there
-            run = m.group(0)
-            out.append((s, min(n, e + _RUN_TAIL), run, len(run) - len(run.translate(_NO_DIGITS))))
-    return out
-
-
-_HEX_COLON_RUN = re.compile(r"[0-9A-Fa-f:.]{6,}")
-
-
-def _hexcolon_windows(text: str) -> list[tuple[int, int]]:
-    """Runs of hex digits, colons and dots with two or more colons (where an IPv6 address can be)."""
-    n = len(text)
-    return [(m.start(), min(n, m.end() + 1)) for m in _HEX_COLON_RUN.finditer(text) if m.group(0).count(":") >= 2]
-
-
-def _at_windows(text: str) -> list[tuple[int, int]]:
-    n = len(text)
-    spans: list[tuple[int, int]] = []
-    at = text.find("@")
-    while at != -1:
-        s, e = max(0, at - _EMAIL_BEFORE), min(n, at + _EMAIL_AFTER)
-        if spans and s <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], e)
-        else:
-            spans.append((s, e))
-        at = text.find("@", at + 1)
-    return spans
-
-
-# The table, split by scope once. `find` is the hot path of every ingest, so it dispatches inline
-# (a generic loop with a lambda per detector cost a third of the time on short strings).
-_TEXT_DETS = tuple(d for d in DETECTORS if d.scope not in ("numeric", "iban"))
-_NUM_DETS = tuple(d for d in DETECTORS if d.scope == "numeric")
-(_IBAN_DET,) = (d for d in DETECTORS if d.scope == "iban")
-
-
-def _run(det: Detector, text: str, s: int, e: int, found: list[Candidate]) -> None:
-    if det.spans is not None:
-        for a, b, key in det.spans(text, s, e):
-            found.append((a, b, det.tier, det.rank, det.kind, key))
-        return
-    validate = det.validate
-    # finditer(text, pos, endpos) still lets lookbehinds see the characters before pos.
-    for m in det.pattern.finditer(text, s, e):  # type: ignore[union-attr]
-        key = validate(text, m)  # type: ignore[misc]
-        if key is not None:
-            found.append((m.start(), m.end(), det.tier, det.rank, det.kind, key))
-
-
-# Fixed-shape secrets and e-mails: found first, then blanked out so that no other detector (or the
-# name model) looks for digits, colons or capitals inside a key, a token or an address.
-_MASKED_KINDS = frozenset({"PRIVATE_KEY", "JWT", "API_KEY", "EMAIL"})
-_FIRST_DETS = tuple(d for d in _TEXT_DETS if d.kind in _MASKED_KINDS or d.kind == "URL_CREDENTIALS")
-_LATER_DETS = tuple(d for d in _TEXT_DETS if d not in _FIRST_DETS)
-
-
-def find(text: str) -> list[Candidate]:
-    """Every validated candidate of every detector, overlapping ones included."""
-    return find_masked(text)[0]
-
-
-def find_masked(text: str) -> tuple[list[Candidate], str]:
-    """`find`, and `text` with the fixed-shape secrets and e-mails replaced by spaces (same length,
-    same offsets) for detectors that come after."""
-    found: list[Candidate] = []
-    low = text.lower()
-    for det in _FIRST_DETS:
-        if det.trigger(text, low):
-            if det.scope == "text":
-                _run(det, text, 0, len(text), found)
-            else:
-                for s, e in _at_windows(text):
-                    _run(det, text, s, e, found)
-    if found:
-        pieces, pos = [], 0
-        for a, b, *_rest in sorted(c for c in found if c[4] in _MASKED_KINDS):
-            if a >= pos:
-                pieces.append(text[pos:a])
-                pieces.append(" " * (b - a))
-                pos = b
-            elif b > pos:
-                pieces.append(" " * (b - pos))
-                pos = b
-        pieces.append(text[pos:])
-        text = "".join(pieces)
-        low = text.lower()
-    for det in _LATER_DETS:
-        if det.trigger(text, low):
-            scope = det.scope
-            if scope == "text":
-                _run(det, text, 0, len(text), found)
-            else:
-                for s, e in _hexcolon_windows(text):
-                    _run(det, text, s, e, found)
-    n = len(text)
-    for s, e, w, nd in _numeric_windows(text):
-        for det in _NUM_DETS:
-            if det.window_ok(w, nd):
-                _run(det, text, s, e, found)
-        if nd >= 8:  # IBAN: the country code is left of the digits
-            left = text[max(0, s - _IBAN_LEFT):s + 4]
-            if left != left.lower():
-                _run(_IBAN_DET, text, max(0, s - _IBAN_LEFT), min(n, e + _IBAN_RIGHT), found)
-    return found, text
