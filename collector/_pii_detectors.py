@@ -23,7 +23,17 @@ from ._pii_checks import (
     parse_date,
     secret_value_ok,
 )
-from ._pii_context import _CARD_WORDS, _PHONE_WORDS, _context
+from ._pii_context import (
+    CARD_WORDS,
+    PHONE_WORDS,
+    SSN_CONTEXT,
+    WORD_END,
+    WORD_START,
+    after_version_word,
+    context,
+    not_secret_key,
+    password_key,
+)
 
 _CARD_GROUPS = {(4, 4, 4, 4), (4, 6, 5), (4, 6, 4), (4, 4, 4, 4, 3), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3),
                 (4, 4, 5), (4, 4, 4), (4, 4, 4, 4, 1), (4, 4, 4, 4, 2), (4, 4, 4, 5), (6, 13), (4, 5, 5)}
@@ -43,7 +53,7 @@ def _card(text: str, m: re.Match[str]) -> str | None:
             return None
     if not (card_iin_ok(digits) and luhn_ok(digits)):
         return None
-    if not seps and _context(text, m.start(), m.end(), _CARD_WORDS, strict=True) < 0:
+    if not seps and context(text, m.start(), m.end(), CARD_WORDS, strict=True) < 0:
         return None
     return digits
 
@@ -58,13 +68,13 @@ def _phone_intl(text: str, m: re.Match[str]) -> str | None:
             return None
     elif not 8 <= len(digits) <= 15:
         return None
-    if _context(text, m.start(), m.end(), _PHONE_WORDS, strict=False) < 0:
+    if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
         return None
     return "+" + digits + ("x" + _digits(s[len(core):]) if len(core) < len(s) else "")
 
 
 def _phone_nanp(text: str, m: re.Match[str]) -> str | None:
-    if _context(text, m.start(), m.end(), _PHONE_WORDS, strict=False) < 0:
+    if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
         return None
     return _digits(m.group(0))
 
@@ -77,7 +87,7 @@ def _phone_national(text: str, m: re.Match[str]) -> str | None:
         return None
     if _DATE_PREFIX.match(core):  # 05/06/2024 10
         return None
-    if _context(text, m.start(), m.end(), _PHONE_WORDS, strict=False) < 0:
+    if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
         return None
     return digits
 
@@ -98,7 +108,7 @@ def _phone_bare(text: str, m: re.Match[str]) -> str | None:
     digits = _digits(s)
     if any(q in digits for q in _SEQUENTIAL) or len(set(digits)) <= 2:
         return None
-    ctx = _context(text, m.start(), m.end(), _PHONE_WORDS, strict=True)
+    ctx = context(text, m.start(), m.end(), PHONE_WORDS, strict=True)
     number = re.match(r"[0-9]+", s)  # without the extension
     if ctx > 0 or (ctx == 0 and number is not None and _BARE_PHONE.fullmatch(number.group(0))):
         return digits
@@ -111,8 +121,7 @@ _NOT_PERSONAL_IPV4 = frozenset({"0.0.0.0", "255.255.255.255", "127.0.0.1"})
 def _ipv4(text: str, m: re.Match[str]) -> str | None:
     if m.group(0) in _NOT_PERSONAL_IPV4:
         return None
-    before = text[max(0, m.start() - 9):m.start()].lower()
-    if before.endswith(("v", "version ", "version: ", "release ", "ver ")):  # "v1.2.3.4"
+    if after_version_word(text, m.start()):  # "version 1.2.3.4", but not "server 10.2.3.4"
         return None
     return m.group(0)
 
@@ -172,12 +181,11 @@ def _ssn(text: str, m: re.Match[str]) -> str | None:
         return None
     sep = s[3] if not s[3].isdigit() else ""
     if sep != "-":  # "123 45 6789" and bare nine digits only when called an SSN
-        if not _SSN_CONTEXT.search(text, max(0, m.start() - 40), m.start()):
+        if not SSN_CONTEXT.search(text, max(0, m.start() - 40), m.start()):
             return None
     return d
 
 
-_SSN_CONTEXT = re.compile(r"(?i)(?:\bssn|social security|soc\.? ?sec|\bss#|sozialversicherung|tax ?id|\btin)\b[^\n\d]{0,24}$")
 
 _MONTH_RE = "|".join(sorted((re.escape(m) for m in _MONTHS), key=len, reverse=True))
 _DATE = (
@@ -186,14 +194,15 @@ _DATE = (
     r"|\d{1,2}(?:st|nd|rd|th)?\.?\s(?:of\s)?(?:" + _MONTH_RE + r")\.?,?\s\d{4}"
     r"|(?:" + _MONTH_RE + r")\.?\s\d{1,2}(?:st|nd|rd|th)?,?\s\d{4})(?![\w/.-]\d|\d)"
 )
-_DOB_SRC = (
-    r"(?:\bborn\b|\bd\.?o\.?b\b\.?|date[ _-]?of[ _-]?birth|birth[ _-]?date|\bbirthday|geburtsdatum|"
-    r"\bgeboren\b|date de naissance|\bn[ée]e? le\b|fecha de nacimiento|\bnacid[oa]\b|data di nascita|"
-    r"\bnat[oa] il\b|geboortedatum)"
-    r"[^\n\d]{0,32}?" + _DATE
+# The keywords as whole words ("born", not "stubborn"; "dob" in `patient_dob` and `DOB:`), then up
+# to 32 characters that are no digit and no line break, then the date. Runs only in windows around
+# trigger substrings, so case-insensitive matching on the original text (camelCase keys) is cheap.
+_DOB = re.compile(
+    WORD_START + r"(?:born|d\.?o\.?b\.?|date[ _-]?of[ _-]?birth|birth[ _-]?date|birthday|geburtsdatum|"
+    r"geboren|date de naissance|n[ée]e? le|fecha de nacimiento|nacid[oa]|data di nascita|nat[oa] il|"
+    r"geboortedatum)" + WORD_END + r"[^\n\d]{0,32}?" + _DATE,
+    re.IGNORECASE,
 )
-_DOB_LOW = re.compile(_DOB_SRC)
-_DOB = re.compile("(?i)" + _DOB_SRC)
 
 
 # Substrings one of the DOB keywords must contain: a plain `in` test per trigger is far cheaper than
@@ -221,9 +230,8 @@ def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]
             merged[-1][1] = max(merged[-1][1], w[1])
         else:
             merged.append(w)
-    pattern, subject = (_DOB_LOW, low) if len(low) == len(text) else (_DOB, text)
     for w_start, w_end in merged:
-        for m in pattern.finditer(subject, w_start, w_end):
+        for m in _DOB.finditer(text, w_start, w_end):
             parsed = parse_date(m.group("date"))
             if parsed is not None:
                 yield m.start("date"), m.end("date"), "%04d-%02d-%02d" % parsed
@@ -254,12 +262,10 @@ _SECRET_KW = re.compile("(?i)" + _SECRET_KW_SRC)
 _SECRET_VALUE = re.compile(
     r"(?P<rest>[\w.-]*)[\"']?\s*(?:=|:|=>|:=)\s*(?:[\"']|(?i:bearer|token|basic)\s+)?(?P<val>[^\s\"'`]{6,200})"
 )
+# Whole words on the right (`api_key`, `secretKey`, `token2`; not `tokens`). On the left a key may be
+# a lowercase compound that ends with the keyword (`authtoken`, `dbpassword`): see `_pii_context`.
+_SECRET_KW_ENDS = re.compile(WORD_END)
 _BEARER_VALUE = re.compile(r"\s+(?P<val>[A-Za-z0-9._~+/=\-]{16,})")
-_NOT_SECRET_KEY = re.compile(
-    r"(?i)tokeni[sz]|tokens|token_?(?:type|count|id|ids|limit|len|length|usage|budget|s?_?per)|max_?token|"
-    r"num_?token|key_?(?:id|name|path|file|type|size|length|len)$|secret_?(?:name|ref|path|arn)$|"
-    r"password_?(?:field|label|policy|length|min|max|hint|reset|hash|changed)|has_|is_|_enabled|_required"
-)
 
 _VALUE_DELIMS = re.compile(r"[,;&<>(){}\[\]]")
 _NEXT_PARAM = re.compile(r"&\w+=")
@@ -286,14 +292,16 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 ks -= 1
             if kw in ("pass", "pwd") and ks != m.start() and text[m.start() - 1] not in "_.-":
                 continue  # "compass", not "db_pass"
+            if not _SECRET_KW_ENDS.match(text, m.end()):
+                continue  # "tokens", "secretary", "passwordless": the keyword must end its word
             vm = _SECRET_VALUE.match(text, m.end(), end)
             if vm is None:
                 continue
             key = text[ks:m.end()] + vm.group("rest")
-            if _NOT_SECRET_KEY.search(key):
+            if not_secret_key(key):
                 continue
             val, vs = vm.group("val"), vm.start("val")
-            password_like = re.search(r"(?i)pass|pwd", key) is not None
+            password_like = password_key(key)
             quoted = text[vs - 1] in "\"'"
             if quoted:  # the quotes delimit the value: keep every character
                 done = vs + len(val)

@@ -207,6 +207,103 @@ def test_near_misses_are_left_alone(kind: str, text: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Context rules match whole words. A hold-out written by others found IPv4 addresses after
+# "server", "driver", "resolver" kept as version numbers ("ver" matched inside the word); each rule
+# below is checked with words that contain its keyword and with the keyword itself.
+
+WORDS_ENDING_IN_VER = ["server", "Server:", "driver", "resolver", "observer", "cover", "forever", "fever", "receiver",
+                       "solver", "saver", "whatever", "however", "never", "over", "silver", "deliver", "river",
+                       "DNS-Server", "upstream_server=", "webserver", "(server", "ver2", "vers"]
+VERSION_WORDS = ["version", "Version:", "version=", "ver", "ver.", "VER", "v", "v.", "release", "Release:", "rel."]
+
+
+@pytest.mark.parametrize("word", WORDS_ENDING_IN_VER)
+def test_ipv4_after_a_word_that_merely_ends_like_version_is_replaced(word: str) -> None:
+    assert found(f"connected to {word} 10.2.3.4 on port 53", Anonymizer(names=False)) == [("IPV4", "10.2.3.4")]
+
+
+@pytest.mark.parametrize("word", VERSION_WORDS)
+def test_four_dotted_numbers_after_a_version_word_are_kept(word: str) -> None:
+    assert found(f"upgraded to {word} 10.2.3.4 today", Anonymizer(names=False)) == []
+
+
+# Identifiers that merely end in "id" (or contain "is_", "cc", "pan"): not ids, not negations.
+@pytest.mark.parametrize("ident", ["david", "paid", "android", "valid", "fluid", "hybrid", "squid", "avoid", "druid"])
+def test_numbers_assigned_to_words_ending_in_id_are_not_taken_for_ids(ident: str) -> None:
+    a = Anonymizer(names=False)
+    assert found(f"{ident}: 4155552671", a) == [("PHONE", "4155552671")]
+    assert found(f"{ident}: 4556737586899855", a) == [("CREDIT_CARD", "4556737586899855")]
+
+
+@pytest.mark.parametrize("ident", ["id", "user_id", "userId", "userID", "order-id", "orderNo", "userid", "max_len",
+                                   "account.id", "requestId"])
+def test_numbers_assigned_to_ids_are_kept(ident: str) -> None:
+    a = Anonymizer(names=False)
+    assert found(f"{ident}: 4155552671", a) == [] and found(f"{ident}: 4556737586899855", a) == []
+
+
+@pytest.mark.parametrize("ident", ["account_id", "company_id", "repayment_id", "accountId", "span_id"])
+def test_card_words_inside_longer_words_do_not_make_an_id_a_card(ident: str) -> None:
+    assert found(f"{ident}: 4556737586899855", Anonymizer(names=False)) == []
+
+
+@pytest.mark.parametrize("word", ["Tel.:", "tel", "phone", "Phone:", "phone_number:", "mobilePhone:", "call", "fax",
+                                  "Mobile", "cell:", "Telefon:", "téléphone :", "WhatsApp"])
+def test_any_digits_after_a_phone_word_are_a_phone(word: str) -> None:
+    assert found(f"{word} 385357855", Anonymizer(names=False)) == [("PHONE", "385357855")]
+
+
+@pytest.mark.parametrize("word", ["hotel", "Intel", "motel", "recall", "cancelled", "dialog", "textbook", "telemetry",
+                                  "cellar", "Faxon", "contactless", "phoneme", "callback", "unreachable"])
+def test_phone_words_inside_longer_words_do_not_make_a_phone(word: str) -> None:
+    assert found(f"{word} 385357855", Anonymizer(names=False)) == []
+
+
+@pytest.mark.parametrize("before", ["SSN", "ssn:", "SSN#", "social security number", "Social-Security:", "soc. sec.",
+                                    "tax id", "TaxID:", "TIN", "ITIN:", "ss#"])
+def test_bare_ssn_after_an_ssn_word_is_replaced(before: str) -> None:
+    assert found(f"{before} 536221234 on file", Anonymizer(names=False)) == [("SSN", "536221234")]
+
+
+@pytest.mark.parametrize("before", ["syntax id", "Martin", "Justin", "Kristin", "Austin", "lessn", "classn", "pretaxid"])
+def test_ssn_words_inside_longer_words_do_not_make_an_ssn(before: str) -> None:
+    assert found(f"{before} 536221234 on file", Anonymizer(names=False)) == []
+
+
+@pytest.mark.parametrize("text", ["born 1985-03-12", "Born: 12/03/1985", "DOB 1985-03-12", "d.o.b. 12/03/1985",
+                                  '"patient_dob": "1985-03-12"', "patientDob=1985-03-12", "dateOfBirth: 1985-03-12",
+                                  "birth_date=1985-03-12", "Birthday: 12.03.1985", "geboren am 12.03.1985"])
+def test_dob_after_a_birth_word_is_replaced(text: str) -> None:
+    assert [k for k, _ in found(text, Anonymizer(names=False))] == ["DOB"]
+
+
+@pytest.mark.parametrize("word", ["stubborn", "newborn", "firstborn", "reborn", "airborne", "adobe", "birthdays_seen",
+                                  "rebirthdate"])
+def test_birth_words_inside_longer_words_do_not_make_a_dob(word: str) -> None:
+    assert found(f"{word} 1985-03-12", Anonymizer(names=False)) == []
+
+
+@pytest.mark.parametrize("prefix", ["redis", "this", "analysis", "axis", "basis", "chassis", "crisis", "genesis",
+                                    "tennis", "thesis", "phash", "khash"])
+def test_secret_keys_containing_negation_letters_still_hold_secrets(prefix: str) -> None:
+    for key in (f"{prefix}_password", f"{prefix}_token", f"{prefix}_secret"):
+        assert found(f"{key}=Zx8s9dK2LmQp4RtV7wYb", Anonymizer(names=False)) == [("SECRET", "Zx8s9dK2LmQp4RtV7wYb")], key
+
+
+@pytest.mark.parametrize("key", ["is_secret", "has_password", "password_policy", "max_tokens", "token_count",
+                                 "secret_name", "key_id", "tokens", "tokenizer", "secretary", "passwordless",
+                                 "isSecret", "maxTokens"])
+def test_keys_about_secrets_do_not_hold_one(key: str) -> None:
+    assert found(f"{key}=Zx8s9dK2LmQp4RtV7wYb", Anonymizer(names=False)) == []
+
+
+@pytest.mark.parametrize("key", ["api_key", "apiKey", "X-Api-Key", "secretKey", "client_secret", "authtoken",
+                                 "dbPassword", "DB_PASSWORD", "access-token", "token2", "pwd", "db_pass"])
+def test_secret_keys_as_whole_words_or_compounds(key: str) -> None:
+    assert found(f"{key}=Zx8s9dK2LmQp4RtV7wYb", Anonymizer(names=False)) == [("SECRET", "Zx8s9dK2LmQp4RtV7wYb")]
+
+
+# ---------------------------------------------------------------------------------------------
 # Hard negatives: code, numbers, ids and capitalized text without PII stay byte-identical.
 
 NOT_PII = [
