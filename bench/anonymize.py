@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First on the path even when PYTHONPATH has it: bench/collector.py must not shadow the package.
+sys.path.insert(0, str(ROOT))
 
 from faker import Faker  # noqa: E402
 from faker.providers.credit_card import Provider as CardProvider  # noqa: E402

@@ -47,7 +47,7 @@ PHONE_WORDS = word_pattern(
     r"tel|tel\.|tél|tlf|telephone|téléphone|phones?|phone ?(?:no|nr|number)|ph|mob|mobile|cell|cellphone|"
     r"cellular|fax|calls?|called|calling|contacts?|reach|sms|text|whats ?app|dial|telefon|telefonnummer|"
     r"teléfono|telefono|portable|handy|handynummer|móvil|movil|cellulare|numéro|nummer|número|numero|hotline|"
-    r"landline|helpline"
+    r"landline|helpline|(?:my|your|his|her|our|their|new|old|same) (?:new |old |mobile |cell |home |work |private )?number"
 )
 CARD_WORDS = word_pattern(
     r"cards?|cc|ccn|ccnum|pan|credit|creditcard|debit|debitcard|visa|mastercard|master|amex|payments?|pay|paid|"

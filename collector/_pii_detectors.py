@@ -115,6 +115,25 @@ def _phone_bare(text: str, m: re.Match[str]) -> str | None:
     return None
 
 
+_UNIT_AFTER = re.compile(r"\s?(?:€|\$|%|eur|usd|gbp|chf|pln|czk|sek|nok|dkk|kr|zł|km|kg|m|ms|s|mb|gb|kb|bytes|"
+                         r"people|users|rows|items|inhabitants|habitants|einwohner)\b", re.IGNORECASE)
+
+
+def _phone_grouped(text: str, m: re.Match[str]) -> str | None:
+    if _UNIT_AFTER.match(text, m.end()) or text[max(0, m.start() - 2):m.start()].strip() in ("$", "€", "£"):
+        return None
+    if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
+        return None
+    return _digits(m.group(0))
+
+
+def _phone_announced(text: str, m: re.Match[str]) -> str | None:
+    digits = _digits(m.group(0))
+    if not 7 <= len(digits) <= 12 or context(text, m.start(), m.end(), PHONE_WORDS, strict=False) <= 0:
+        return None
+    return digits
+
+
 _NOT_PERSONAL_IPV4 = frozenset({"0.0.0.0", "255.255.255.255", "127.0.0.1"})
 
 
@@ -204,6 +223,11 @@ _DOB = re.compile(
     re.IGNORECASE,
 )
 
+# The date first, then the keyword (German word order: "am 3. März 1958 geboren").
+_DOB_AFTER = re.compile(
+    r"(?<![\w/.-])" + _DATE + r"[^\n\d]{0,12}?" + WORD_START + r"(?:geboren|born|nacid[oa]|n[ée]e?|nat[oa])" + WORD_END,
+    re.IGNORECASE,
+)
 
 # Substrings one of the DOB keywords must contain: a plain `in` test per trigger is far cheaper than
 # running the keyword alternation at every position of a text that has none (most texts).
@@ -231,6 +255,10 @@ def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]
         else:
             merged.append(w)
     for w_start, w_end in merged:
+        for m in _DOB_AFTER.finditer(text, max(start, w_start - 48), w_end):
+            parsed = parse_date(m.group("date"))
+            if parsed is not None:
+                yield m.start("date"), m.end("date"), "%04d-%02d-%02d" % parsed
         for m in _DOB.finditer(text, w_start, w_end):
             parsed = parse_date(m.group("date"))
             if parsed is not None:
@@ -267,13 +295,33 @@ _SECRET_VALUE = re.compile(
 _SECRET_KW_ENDS = re.compile(WORD_END)
 _BEARER_VALUE = re.compile(r"\s+(?P<val>[A-Za-z0-9._~+/=\-]{16,})")
 
+_TO_SPACE = re.compile(r"\S+")
+_GLUED_VALUE = re.compile(r"(?P<rest>[\w.-]*)(?:=|:)(?P<val>\S{6,200})")
+
+
+def _unclosed_quotes_off(val: str) -> str:
+    """Drop quotes at the end that the value does not open: they close an outer string."""
+    while val and val[-1] in "\"'`" and val.count(val[-1]) % 2 == 1:
+        val = val[:-1]
+    return val
+
 _VALUE_DELIMS = re.compile(r"[,;&<>(){}\[\]]")
 _NEXT_PARAM = re.compile(r"&\w+=")
 
 
+# `mysql -u app -p'secret' db`: the password glued to `-p` (a MySQL/MariaDB client convention).
+_MYSQL_PASSWORD = re.compile(
+    r"(?<![\w-])(?:mysql|mariadb|mysqldump|mysqladmin)\b[^\n]*?\s-p(?:'(?P<q1>[^'\n]+)'|\"(?P<q2>[^\"\n]+)\"|(?P<v>[^\s'\"-]\S*))"
+)
+
+
 def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
-    done = start
     low = text.lower()
+    if "mysql" in low or "mariadb" in low:
+        for pm in _MYSQL_PASSWORD.finditer(text, start, end):
+            g = "q1" if pm.group("q1") else "q2" if pm.group("q2") else "v"
+            yield pm.start(g), pm.end(g), pm.group(g)
+    done = start
     kw_iter = _SECRET_KW_LOW.finditer(low, start, end) if len(low) == len(text) else _SECRET_KW.finditer(text, start, end)
     for m in kw_iter:
         if m.start() < done:
@@ -296,6 +344,14 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 continue  # "tokens", "secretary", "passwordless": the keyword must end its word
             vm = _SECRET_VALUE.match(text, m.end(), end)
             if vm is None:
+                # `password={'fdp!&^@ts`: a password that starts with a quote or a bracket.
+                gm = _GLUED_VALUE.match(text, m.end(), end)
+                key = text[ks:m.end()] + (gm.group("rest") if gm else "")
+                if gm is not None and password_key(key) and not not_secret_key(key):
+                    val = _unclosed_quotes_off(gm.group("val"))
+                    if secret_value_ok(val, True):
+                        done = gm.start("val") + len(val)
+                        yield gm.start("val"), done, val
                 continue
             key = text[ks:m.end()] + vm.group("rest")
             if not_secret_key(key):
@@ -309,8 +365,13 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                     yield vs, vs + len(val), val
                 continue
             if password_like:
+                # Unquoted, a password runs to the next whitespace: `password=ZD"(wOQ~(` is one value.
+                # A quote at its end that it does not open closes an outer string (`"pw=abc1"`).
+                full = _TO_SPACE.match(text, vs, end)
+                if full is not None:
+                    val = _unclosed_quotes_off(full.group(0))
                 cut = _NEXT_PARAM.search(val)  # ?password=...&user=...
-                if cut:
+                if cut and cut.start():
                     val = val[:cut.start()]
                 val = val.rstrip(".,:;!?")
                 for close, open_ in ((")", "("), ("]", "["), ("}", "{")):
@@ -339,8 +400,10 @@ class Detector:
     # Either a pattern and a validator, or a function yielding (start, end, key) in a range.
     pattern: re.Pattern[str] | None
     validate: Callable[[str, re.Match[str]], str | None] | None
-    # Cheap test on (text, text.lower()); the detector is skipped when it fails.
-    trigger: Callable[[str, str], bool]
+    # Literals one of which the text must contain for the detector to run (empty: always runs
+    # where its scope says); matched ignoring ASCII case if `caseless`. `_pii_scan` looks for all
+    # of them in one pass.
+    stems: tuple[str, ...]
     rank: int
     # Where to look: "text" (the whole string, if `trigger` passes), "numeric" (only inside runs
     # of digits and phone/card/IP punctuation), "iban" (numeric runs widened to the left for the
@@ -350,6 +413,9 @@ class Detector:
     window_ok: Callable[[str, int], bool] = lambda w, nd: True
     spans: Callable[[str, int, int], Iterable[tuple[int, int, str]]] | None = None
     tier: int = 1
+    caseless: bool = False
+    # Also run when this regex (valid for hyperscan and `re` alike) matches somewhere.
+    trigger_pattern: str | None = None
 
 
 # ASCII classes on purpose: `[0-9]` lets the regex engine skip ahead in C, `\d` does not (3x).
@@ -359,20 +425,10 @@ _RUN_TAIL = 3
 _IBAN_LEFT, _IBAN_RIGHT = 34, 8
 _KEY_STEMS = ("sk-", "sk_live_", "rk_live_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "AKIA",
               "ASIA", "xox", "AIza", "hf_", "npm_", "pypi-")
-_DOB_STEMS = ("born", "dob", "d.o.b", "birth", "geb", "naiss", "né", "née", "nacim", "nacid", "nasc", "nato", "nata")
-_SECRET_STEMS = ("key", "secret", "token", "pass", "pwd", "credential", "session", "cookie", "bearer", "basic")
+_DOB_STEMS = ("born", "dob", "d.o.b", "birth", "geb", "naiss", "né", "Né", "NÉ", "nacim", "nacid", "nasc", "nato", "nata")
+_SECRET_STEMS = ("key", "secret", "token", "pass", "pwd", "credential", "session", "cookie", "bearer", "basic", "mysql",
+                 "mariadb")
 
-
-
-def _stem_test(stems: tuple[str, ...]) -> Callable[[str], bool]:
-    """`lambda t: s1 in t or s2 in t or ...`: substring tests in C, without a generator per call."""
-    src = "lambda t: " + " or ".join(f"{k!r} in t" for k in stems)
-    return eval(src)  # noqa: S307 - built from the literal tuples above
-
-
-_has_key_stem = _stem_test(_KEY_STEMS)
-_has_dob_stem = _stem_test(_DOB_STEMS)
-_has_secret_stem = _stem_test(_SECRET_STEMS)
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _PEM_BEGIN = re.compile(r"-----BEGIN (?P<label>[A-Z0-9]+(?: [A-Z0-9]+)* )?PRIVATE KEY-----")
@@ -408,20 +464,16 @@ def _lower(_text: str, m: re.Match[str]) -> str | None:
     return m.group(0).lower()
 
 
-def _always(_t: str, _low: str) -> bool:
-    return True
-
-
 DETECTORS: tuple[Detector, ...] = (
     # From BEGIN to the matching END line; a truncated block (no END) must still not leak its base64.
-    Detector("PRIVATE_KEY", None, None, lambda t, _: "PRIVATE KEY-----" in t, 0, spans=_pem_spans),
+    Detector("PRIVATE_KEY", None, None, ("PRIVATE KEY-----",), 0, spans=_pem_spans),
     # Credentials inside a URL: only `user:password` is replaced, scheme and host stay. Tier 0: it
     # wins over the e-mail-looking `password@host` it overlaps.
-    Detector("URL_CREDENTIALS", None, None, lambda t, _: "://" in t, 2, spans=_url_cred_spans, tier=0),
+    Detector("URL_CREDENTIALS", None, None, ("://",), 2, spans=_url_cred_spans, tier=0),
     Detector(
         "JWT",
         re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"),
-        _same, lambda t, _: "eyJ" in t, 3,
+        _same, ("eyJ",), 3,
     ),
     Detector(
         "API_KEY",
@@ -440,7 +492,7 @@ DETECTORS: tuple[Detector, ...] = (
             r"|pypi-[A-Za-z0-9_-]{50,}"  # PyPI
             r")"
         ),
-        _same, lambda t, _: _has_key_stem(t), 4,
+        _same, _KEY_STEMS, 4,
     ),
     Detector(
         "EMAIL",
@@ -448,31 +500,31 @@ DETECTORS: tuple[Detector, ...] = (
             r"[A-Za-z0-9](?<![\w.%+-][A-Za-z0-9])[A-Za-z0-9._%+-]{0,63}@"
             r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
         ),
-        _lower, lambda t, _: "@" in t, 5, "at",
+        _lower, ("@",), 5, "at",
     ),
-    Detector("IBAN", None, None, _always, 6, "iban", spans=_iban_spans),
+    Detector("IBAN", None, None, (), 6, "iban", spans=_iban_spans),
     Detector(
         "CREDIT_CARD",
         re.compile(r"[0-9](?<![\w.-][0-9])(?:[ -]?[0-9]){11,18}(?![\w-]|\.[0-9])"),
-        _card, _always, 7, "numeric", lambda w, nd: nd >= 12,
+        _card, (), 7, "numeric", lambda w, nd: nd >= 12,
     ),
     Detector(
         "SSN",
         re.compile(r"[0-9](?<![\w.\-/+][0-9])[0-9]{2}([- ]?)[0-9]{2}\1[0-9]{4}(?![\w]|[.\-/][0-9])"),
-        _ssn, _always, 8, "numeric", lambda w, nd: nd >= 9,
+        _ssn, (), 8, "numeric", lambda w, nd: nd >= 9,
     ),
-    Detector("DOB", None, None, lambda _, low: _has_dob_stem(low), 9, spans=_dob_spans),
+    Detector("DOB", None, None, _DOB_STEMS, 9, spans=_dob_spans, caseless=True),
     Detector(
         "IPV6",
         re.compile(
             r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:" + _OCTET + r"(?:\." + _OCTET + r"){3}|[0-9A-Fa-f]{1,4})?(?![\w:]|\.[0-9])"
         ),
-        _ipv6, lambda t, _: "::" in t or t.count(":") >= 7, 10, "hexcolon",
+        _ipv6, ("::",), 10, "hexcolon", trigger_pattern=r"[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){3}",
     ),
     Detector(
         "IPV4",
         re.compile(r"(?<![\w.])" + _OCTET + r"(?:\." + _OCTET + r"){3}(?![\w]|\.[0-9])"),
-        _ipv4, _always, 11, "numeric", lambda w, nd: nd >= 4 and w.count(".") >= 3,
+        _ipv4, (), 11, "numeric", lambda w, nd: nd >= 4 and w.count(".") >= 3,
     ),
     # International: "+" or "00", a country code, then groups separated by single spaces, dots,
     # dashes or slashes, optionally "(0)", then an extension. The "+" must not follow an operand.
@@ -482,7 +534,7 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?<![\w)\]+\-./])(?:\+|00(?=[1-9]))[1-9][0-9]{0,2}(?:[ .-]?\(0\))?(?:[ .\-/]?(?:\([0-9]{1,5}\)|[0-9]{1,6})){1,7}"
             + _EXT + r"(?![\w+*/=^%]|[.-][0-9])"
         ),
-        _phone_intl, _always, 12, "numeric", lambda w, nd: nd >= 8 and ("+" in w or "00" in w),
+        _phone_intl, (), 12, "numeric", lambda w, nd: nd >= 8 and ("+" in w or "00" in w),
     ),
     # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 555 123 4567, 1-800-555-1234.
     # The 3-3-4 grouping keeps dates, versions and serials out.
@@ -492,23 +544,46 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?<![\w+.\-/*])(?:1[ .-])?(?:\([1-9][0-9]{2}\) ?|[1-9][0-9]{2}[-. ])[0-9]{3}[-. ][0-9]{4}" + _EXT
             + r"(?![\w]|[.\-/][0-9])"
         ),
-        _phone_nanp, _always, 13, "numeric", lambda w, nd: nd >= 10 and len(w) >= 12,
+        _phone_nanp, (), 13, "numeric", lambda w, nd: nd >= 10 and len(w) >= 12,
     ),
     # National with a trunk 0: 020 7946 0958, (0113) 496 0123, 05 36 84 33 53, 04952 883143, 08-246 820 34.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?:\(0[0-9]{1,4}\)|0[0-9]{1,4})(?:[ .\-/]?[0-9]{2,8}){1,4}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
-        _phone_national, _always, 14, "numeric", lambda w, nd: nd >= 9 and "0" in w and nd < len(w),
+        _phone_national, (), 14, "numeric", lambda w, nd: nd >= 9 and "0" in w and nd < len(w),
+    ),
+    # Grouped national numbers of countries without a trunk 0: 601 622 262 (CZ, SK, PL, PT),
+    # 918-668-334, 21 45 17 27 (DK, NO), 912 34 56 78 (ES). Dropped after an id word, in code,
+    # or before a unit or a currency ("601 622 262 EUR" is an amount written the French way).
+    Detector(
+        "PHONE",
+        re.compile(r"(?<![\w+.\-/*])(?:[1-9][0-9]{2}([ .-])[0-9]{3}\1[0-9]{3}|[0-9]{2} [0-9]{2} [0-9]{2} [0-9]{2}"
+                   r"|[1-9][0-9]{2} [0-9]{2} [0-9]{2} [0-9]{2})(?![\w]|[.,\-/][0-9]| [0-9])"),
+        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8,
+    ),
+    # An area code in brackets without a trunk 0: (66) 6466-9295, (11) 98765-4321 (BR), (212) 5550148.
+    Detector(
+        "PHONE",
+        re.compile(r"(?<![\w+.\-/*])\([1-9][0-9]{1,3}\) ?[0-9]{3,5}[ -]?[0-9]{4}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
+        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8,
+    ),
+    # Any other grouping of 7-12 digits, only when introduced as a phone number ("my new number is
+    # 6321 4458", "Contact: ... | 0167.3644", "tel (0929) 599013305").
+    Detector(
+        "PHONE",
+        re.compile(r"(?<![\w+.\-/*])(?:\([0-9]{1,5}\)|[0-9]{2,5})(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
+                   + r"(?![\w]|[.\-/][0-9])"),
+        _phone_announced, (), 15, "numeric", lambda w, nd: nd >= 7,
     ),
     # Unformatted: 01134960123 (UK), 0508899579 (DE/FR/IT), 8209679701 (NANP). Dropped when the
     # number is introduced as an id or count, assigned in code, or an arithmetic operand.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*:#])[0-9]{8,12}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
-        _phone_bare, _always, 15, "numeric", lambda w, nd: nd >= 9,
+        _phone_bare, (), 16, "numeric", lambda w, nd: nd >= 9,
     ),
     # Secrets named by their key (last: known token formats above win ties).
-    Detector("SECRET", None, None, lambda _, low: _has_secret_stem(low), 16, spans=_secret_spans),
+    Detector("SECRET", None, None, _SECRET_STEMS, 17, spans=_secret_spans, caseless=True),
 )
 
