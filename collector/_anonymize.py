@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,8 @@ _STRUCTURAL_KEYS = frozenset(
 )
 
 _NAME_TIER, _PERSON_RANK, _ADDRESS_RANK = 2, 30, 31
+_MEMO_MAX_LEN, _MEMO_SIZE = 256, 65_536
+_TRIVIAL = re.compile(r"[a-z_ .,;!?'()\n]*")
 
 
 class Entity(NamedTuple):
@@ -135,6 +138,7 @@ class Anonymizer:
         self.names = names
         self._name_model: Any = None
         self._lock = threading.Lock()
+        self._memo: dict[str, list[tuple[int, int, str, str]]] = {}
         if names and preload:
             self.name_model()
 
@@ -155,7 +159,31 @@ class Anonymizer:
 
     def detect(self, text: str) -> list[tuple[int, int, str, str]]:
         """Non-overlapping `(start, end, kind, key)` spans of `text`, in order; `key` is the
-        normalized value (what decides "same value")."""
+        normalized value (what decides "same value").
+
+        Short strings repeat across trajectories (system prompts, tool names, metadata values,
+        "ok"), so their spans are memoized (bounded; `clear_cache()` empties it). Lowercase prose
+        without digits, `@`, `=`, `:` or `/` cannot hold any kind this anonymizer detects (names
+        need a capital letter, every structured kind a digit, `@`, a separator or a capital)."""
+        if len(text) <= _MEMO_MAX_LEN:
+            got = self._memo.get(text)
+            if got is None:
+                got = [] if (_TRIVIAL.fullmatch(text) and "bearer" not in text and "basic" not in text) \
+                    else self._detect(text)
+                if len(self._memo) >= _MEMO_SIZE:
+                    self._memo.clear()
+                self._memo[text] = got
+            return list(got)
+        return self._detect(text)
+
+    def clear_cache(self) -> None:
+        """Forget memoized spans and the name model's per-word scores (benchmarks: measure as if
+        every string were new)."""
+        self._memo.clear()
+        if self._name_model is not None:
+            self._name_model.clear_cache()
+
+    def _detect(self, text: str) -> list[tuple[int, int, str, str]]:
         cands, masked = _pii_scan.find_masked(text)
         if self.names:
             for s, e, kind in (self._name_model or self.name_model()).find(masked):

@@ -28,14 +28,45 @@ _NAME_CONTEXT = frozenset({
     "customer", "client", "owner", "author", "assignee", "reviewer", "reporter", "signed", "regards", "sincerely",
     "mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam", "herr", "frau", "m", "mme", "sr", "sra", "sig",
     "address", "street", "ship", "deliver", "delivered", "lives", "live", "moved", "visit", "is", "was", "wrote",
-    "said", "says", "asked", "told", "per", "via", "c/o", "attn", "attention",
+    "said", "says", "asked", "told", "per", "via", "c/o", "attn", "attention", "holder", "cardholder", "inhaber",
+    "inhaberin", "titular", "titolare", "recipient", "sender", "patient", "applicant", "candidate", "employee",
+    "tenant", "guest", "member", "first_name", "last_name", "full_name", "display_name", "surname",
+    "firstname", "lastname", "fullname", "username", "approver", "manager", "ceo",
 })
+# Words after which a capitalized word is likely the person who does it ("Alpike will draft it").
+_NAME_AFTER = frozenset({
+    "will", "would", "can", "could", "should", "is", "was", "has", "had", "said", "says", "wrote", "writes",
+    "asked", "asks", "reviews", "reviewed", "approved", "approves", "joined", "left", "called", "replied",
+    "reported", "thinks", "agreed", "mentioned", "sent", "shared", "commented", "added", "signed", "confirmed",
+    "owns", "leads", "covers", "presents", "finished", "started", "needs", "wants", "told", "and",
+})
+_WORD = re.compile(r"[a-z]+")
+_PREV_WORDS = re.compile(r"\w+").findall
+# Honorifics after which a capitalized word is a person whatever else it could be ("Ms. Post").
+_TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "prof", "sir", "dame", "herr", "frau", "mme", "mlle",
+                     "sr", "sra", "srta", "sig", "dott", "dhr", "mevr", "pan", "pani", "rev", "capt"})
 _SPLIT_NAME = re.compile(r"['’\-]").split
 
 
 def _BRIDGE(w: str) -> bool:
     """Tokens that may sit between a street and a city: ",", a line break, a postcode ("80882", "H-2048")."""
     return w in (",", "\n") or any(ch.isdigit() for ch in w)
+
+def _drop_punctuation_addresses(labels: list[int], wds: list[str], n: int) -> None:
+    """An ADDRESS run of commas and line breaks alone is none (it would pull a name next to it in)."""
+    i = 0
+    while i < n:
+        if labels[i] != 2:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and labels[j + 1] == 2:
+            j += 1
+        if not any(wds[k + 2][0].isalnum() for k in range(i, j + 1)):
+            for k in range(i, j + 1):
+                labels[k] = 0
+        i = j + 1
+
 
 class NameModel:
     """Finds PERSON and ADDRESS spans in text with a trained model (see the module docstring)."""
@@ -126,7 +157,15 @@ class NameModel:
             e = m.end()
             while e < n and text[e] in " \t":
                 e += 1
+            if e < n and text[e] == "," and e + 2 < n and text[e + 1] == " " and text[e + 2].isupper():
+                out.append(p)  # "Koós, Szenta": a surname, a comma, a first name
+                continue
             if e > m.end() and e < n:
+                if text[e].islower():  # "Alpike will draft", "Honorato wrote:"
+                    m2 = _WORD.match(text, e)
+                    if m2 is not None and m2.group(0) in _NAME_AFTER:
+                        out.append(p)
+                        continue
                 if text[e].isupper():  # "Maria Garcia", "Baker Street"
                     out.append(p)
                     continue
@@ -137,9 +176,9 @@ class NameModel:
                     if d - e <= 5:
                         out.append(p)
                         continue
-            before = text[max(0, p - 24):p].split()
+            before = _PREV_WORDS(text, max(0, p - 24), p)
             if before:
-                prev = before[-1].lower().strip(".,:;(\"'")
+                prev = before[-1].lower()
                 if prev in _NAME_CONTEXT or (prev[-1:].isdigit() and len(prev) <= 6):
                     out.append(p)
         return out
@@ -228,9 +267,18 @@ class NameModel:
             if found:
                 any_found = True
             todo = [j for i in found for j in (i - 1, i + 1) if 0 <= j < n and not done[j]]
+        wds = words  # padded: token i is wds[i + 2]
+        for i in range(n):  # "Ms. Post", "Dr. Lindgren": a capitalized word after a title
+            w = wds[i + 2]
+            if labels[i] == 0 and w[0].isupper() and not w.isupper() and w.isalpha():
+                prev = wds[i + 1] if wds[i + 1] != "." else wds[i]
+                if prev.lower() in _TITLES and (wds[i + 1] == "." or wds[i + 1] in _TITLES or prev[0].isupper()):
+                    labels[i] = 1
+                    any_found = True
+                    if person_score[i] < 0:
+                        person_score[i] = 0.0
         if not any_found:
             return []
-        wds = words  # padded: token i is wds[i + 2]
         # Hysteresis: a capitalized word next to a found name joins it on a weaker score
         # ("Dawid" before "Gierek"): the linear model cannot see its neighbour's label.
         edge = [j for i in range(n) if labels[i] == 1 for j in (i - 1, i + 1) if 0 <= j < n and labels[j] == 0]
@@ -247,6 +295,7 @@ class NameModel:
                     grown.append(i)
             edge = [j for i in grown for j in (i - 1, i + 1) if 0 <= j < n and labels[j] == 0]
         if 2 in labels:
+            _drop_punctuation_addresses(labels, wds, n)
             self._join_address(labels, wds, n)
         # Token offsets, only up to the last labelled token (finditer is the slow part).
         last = n
@@ -267,7 +316,7 @@ class NameModel:
             j = i
             while j + 1 < last and labels[j + 1] == lab:
                 j += 1
-            span = self._accept(toks, i, j, lab)
+            span = self._accept(toks, i, j, lab, person_score)
             if span is not None:
                 spans.append(span)
             i = j + 1
@@ -297,12 +346,19 @@ class NameModel:
                 k = j + 1
                 while k < n and k - j <= 3 and labels[k] == 0 and _BRIDGE(wds[k + 2]):
                     k += 1
-                if k < n and labels[k] == 2:
+                # A name then a comma or a line break then an address is a name and its address
+                # ("Giulia Bianchi, Via Roma 10"); joined only when adjacent or across a number.
+                if k < n and labels[k] == 2 and (k == j + 1 or any(_HAS_DIGIT(wds[x + 2]) for x in range(j + 1, k))):
                     span = (i, k - 1)
             if span is not None:
                 for k in range(span[0], span[1] + 1):
                     labels[k] = 2
             i = j + 1
+        for i in range(n - 2, -1, -1):  # a house number before the street: "957 Bjørnheimveien"
+            if labels[i] == 0 and labels[i + 1] == 2:
+                w = wds[i + 2]
+                if len(w) <= 6 and w[0].isdigit() and w.isalnum():
+                    labels[i] = 2
         for i in range(1, n):
             if labels[i] == 0 and labels[i - 1] == 2:
                 w = wds[i + 2]
@@ -311,7 +367,8 @@ class NameModel:
                 elif len(w) <= 8 and w.isalnum() and _HAS_DIGIT(w):
                     labels[i] = 2
 
-    def _accept(self, toks: list[tuple[int, int, str]], i: int, j: int, lab: int) -> tuple[int, int, str] | None:
+    def _accept(self, toks: list[tuple[int, int, str]], i: int, j: int, lab: int,
+                person_score: list[float]) -> tuple[int, int, str] | None:
         # Trim punctuation and newlines at the edges; a span needs a word with a letter.
         while i <= j and not toks[i][2][0].isalnum():
             i += 1
@@ -332,5 +389,19 @@ class NameModel:
             return toks[i][0], toks[j][1], "PERSON"
         if sum(1 for w in words if w[0].isalnum()) < 2:
             return None
+        if not any(_HAS_DIGIT(w) or self._is_street(w) for w in words):
+            # No house number, postcode or street word: a name ("7,Ägwar Lestander,") or a place
+            # on its own ("Boa Vista"), never an address.
+            if all(w[0].isupper() for w in words if w[0].isalpha()) and \
+                    max(person_score[k] for k in range(i, j + 1)) > 0:
+                return toks[i][0], toks[j][1], "PERSON"
+            return None
         return toks[i][0], toks[j][1], "ADDRESS"
+
+    def _is_street(self, w: str) -> bool:
+        lw = w.lower()
+        if lw in self.feat.street:
+            return True
+        suffixes = self.feat._street_suffixes
+        return len(lw) > 5 and any(lw[-k:] in suffixes for k in range(3, min(len(lw) - 2, 9)))
 
