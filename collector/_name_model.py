@@ -45,6 +45,7 @@ _PREV_WORDS = re.compile(r"\w+").findall
 # Honorifics after which a capitalized word is a person whatever else it could be ("Ms. Post").
 _TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "prof", "sir", "dame", "herr", "frau", "mme", "mlle",
                      "sr", "sra", "srta", "sig", "dott", "dhr", "mevr", "pan", "pani", "rev", "capt"})
+_TITLE_FORMS = frozenset(f for t in _TITLES for f in (t.capitalize(), t.upper()))
 _SPLIT_NAME = re.compile(r"['’\-]").split
 
 
@@ -268,11 +269,12 @@ class NameModel:
                 any_found = True
             todo = [j for i in found for j in (i - 1, i + 1) if 0 <= j < n and not done[j]]
         wds = words  # padded: token i is wds[i + 2]
-        for i in range(n):  # "Ms. Post", "Dr. Lindgren": a capitalized word after a title
-            w = wds[i + 2]
-            if labels[i] == 0 and w[0].isupper() and not w.isupper() and w.isalpha():
-                prev = wds[i + 1] if wds[i + 1] != "." else wds[i]
-                if prev.lower() in _TITLES and (wds[i + 1] == "." or wds[i + 1] in _TITLES or prev[0].isupper()):
+        for k in [k for k in range(n) if wds[k + 2] in _TITLE_FORMS]:
+            # "Ms. Post", "Dr. Lindgren": a capitalized word after a title is a person
+            i = k + 2 if k + 1 < n and wds[k + 3] == "." else k + 1
+            if i < n and labels[i] == 0:
+                w = wds[i + 2]
+                if w[0].isupper() and not w.isupper() and w.isalpha():
                     labels[i] = 1
                     any_found = True
                     if person_score[i] < 0:

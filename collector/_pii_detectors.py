@@ -426,6 +426,10 @@ _IBAN_LEFT, _IBAN_RIGHT = 34, 8
 _KEY_STEMS = ("sk-", "sk_live_", "rk_live_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "AKIA",
               "ASIA", "xox", "AIza", "hf_", "npm_", "pypi-")
 _DOB_STEMS = ("born", "dob", "d.o.b", "birth", "geb", "naiss", "né", "Né", "NÉ", "nacim", "nacid", "nasc", "nato", "nata")
+# Substrings of the words that introduce a phone number (`_pii_context.PHONE_WORDS`).
+_PHONE_STEMS = ("tel", "tél", "tlf", "phone", "ph", "mob", "cell", "fax", "call", "contact", "reach", "sms", "text",
+                "whats", "dial", "handy", "móvil", "movil", "numéro", "nummer", "número", "numero", "line", "portable",
+                "number")
 _SECRET_STEMS = ("key", "secret", "token", "pass", "pwd", "credential", "session", "cookie", "bearer", "basic", "mysql",
                  "mariadb")
 
@@ -566,7 +570,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])\([1-9][0-9]{1,3}\) ?[0-9]{3,5}[ -]?[0-9]{4}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
-        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8,
+        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8 and "(" in w,
     ),
     # Any other grouping of 7-12 digits, only when introduced as a phone number ("my new number is
     # 6321 4458", "Contact: ... | 0167.3644", "tel (0929) 599013305").
@@ -574,7 +578,7 @@ DETECTORS: tuple[Detector, ...] = (
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?:\([0-9]{1,5}\)|[0-9]{2,5})(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
-        _phone_announced, (), 15, "numeric", lambda w, nd: nd >= 7,
+        _phone_announced, _PHONE_STEMS, 15, "numeric", lambda w, nd: nd >= 7, caseless=True,
     ),
     # Unformatted: 01134960123 (UK), 0508899579 (DE/FR/IT), 8209679701 (NANP). Dropped when the
     # number is introduced as an id or count, assigned in code, or an arithmetic operand.

@@ -189,9 +189,15 @@ def _run(det: Detector, text: str, s: int, e: int, found: list[Candidate]) -> No
 # Fixed-shape secrets and e-mails: found first, then blanked out so that no other detector (or the
 # name model) looks for digits, colons or capitals inside a key, a token or an address.
 _MASKED_KINDS = frozenset({"PRIVATE_KEY", "JWT", "API_KEY", "EMAIL"})
-_FIRST = tuple((1 << i, d) for i, d in enumerate(_TRIGGERED) if d.kind in _MASKED_KINDS or d.kind == "URL_CREDENTIALS")
-_LATER = tuple((1 << i, d) for i, d in enumerate(_TRIGGERED) if d.kind not in _MASKED_KINDS and d.kind != "URL_CREDENTIALS")
-_NUM_DETS = tuple(d for d in DETECTORS if d.scope == "numeric")
+_FIRST = tuple((1 << i, d) for i, d in enumerate(_TRIGGERED)
+               if d.scope != "numeric" and (d.kind in _MASKED_KINDS or d.kind == "URL_CREDENTIALS"))
+_LATER = tuple((1 << i, d) for i, d in enumerate(_TRIGGERED)
+               if d.scope != "numeric" and d.kind not in _MASKED_KINDS and d.kind != "URL_CREDENTIALS")
+# Numeric detectors with trigger literals run only when theirs fired; the others on every run.
+_NUM_DETS = tuple((1 << _TRIGGERED.index(d) if d in _TRIGGERED else _NUMERIC_BIT, d)
+                  for d in DETECTORS if d.scope == "numeric")
+# An IBAN's country code and check digits, somewhere left of a run of digits.
+_IBAN_HEAD = re.compile(r"[A-Z]{2}[0-9]{2}")
 (_IBAN_DET,) = (d for d in DETECTORS if d.scope == "iban")
 
 
@@ -237,19 +243,18 @@ def find_masked(text: str) -> tuple[list[Candidate], str]:
                     for s, e in _hexcolon_windows(text):
                         _run(det, text, s, e, found)
     if bits & _NUMERIC_BIT:
-        _scan_numbers(text, found)
+        _scan_numbers(text, found, bits)
     return found, text
 
 
-def _scan_numbers(text: str, found: list[Candidate]) -> None:
+def _scan_numbers(text: str, found: list[Candidate], bits: int) -> None:
     n = len(text)
     for s, e, w, nd, inside in _numeric_windows(text):
         if not inside:
-            for det in _NUM_DETS:
-                if det.window_ok(w, nd):
+            for bit, det in _NUM_DETS:
+                if bits & bit and det.window_ok(w, nd):
                     _run(det, text, s, e, found)
         if nd >= 8:  # IBAN: the country code is left of the digits
-            left = text[max(0, s - _IBAN_LEFT):s + 4]
-            if left != left.lower():
+            if _IBAN_HEAD.search(text, max(0, s - _IBAN_LEFT), s + 4):
                 _run(_IBAN_DET, text, max(0, s - _IBAN_LEFT), min(n, e + _IBAN_RIGHT), found)
 
