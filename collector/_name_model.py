@@ -296,6 +296,15 @@ class NameModel:
                     labels[i] = 1
                     grown.append(i)
             edge = [j for i in grown for j in (i - 1, i + 1) if 0 <= j < n and labels[j] == 0]
+        for i in range(n - 2):
+            # "Koós, Szenta", "Lerche, Bethuel wrote": a lone surname, a comma, a lone first name.
+            if labels[i] == 1 and wds[i + 3] == "," and labels[i + 2] == 0 and (i == 0 or labels[i - 1] != 1) \
+                    and wds[i + 4][0].isupper() and wds[i + 4].isalpha() and not (i + 3 < n and labels[i + 3] == 1):
+                if not done[i + 2]:
+                    done[i + 2] = True
+                    person_score[i + 2] = bp + sum(contrib(wds[i + 2 + k])[2 * k] for k in range(5))
+                if person_score[i + 2] > -self.extend_margin:
+                    labels[i + 1] = labels[i + 2] = 1
         if 2 in labels:
             _drop_punctuation_addresses(labels, wds, n)
             self._join_address(labels, wds, n)

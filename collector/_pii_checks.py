@@ -175,3 +175,9 @@ def secret_value_ok(value: str, password_like: bool, quoted: bool = False) -> bo
 
 
 _TEMPLATE_VALUE = re.compile(r"^(?:\$\{.*\}|\$[A-Z_][A-Z0-9_]*|%\(\w+\)s|\{\{.*\}\}|\*+|x+|X+|<.*>|\.\.\.)$")
+
+
+def random_secret(value: str) -> bool:
+    """A value that is a secret by its look alone: 8+ characters from 3+ classes (lower, upper,
+    digit, punctuation) and 3+ bits of entropy per character (`k;X(2]v~Qz!`, not `a,b,c`)."""
+    return len(value) >= 8 and _char_classes(value) >= 3 and shannon_entropy(value) >= 3.0

@@ -21,6 +21,7 @@ from ._pii_checks import (
     iban_mod97,
     luhn_ok,
     parse_date,
+    random_secret,
     secret_value_ok,
 )
 from ._pii_context import (
@@ -296,6 +297,7 @@ _SECRET_KW_ENDS = re.compile(WORD_END)
 _BEARER_VALUE = re.compile(r"\s+(?P<val>[A-Za-z0-9._~+/=\-]{16,})")
 
 _TO_SPACE = re.compile(r"\S+")
+_CODE_LIKE = re.compile(r"[A-Za-z_$][\w.$]*[(\[]|[\[{(]")
 _GLUED_VALUE = re.compile(r"(?P<rest>[\w.-]*)(?:=|:)(?P<val>\S{6,200})")
 
 
@@ -378,6 +380,18 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                     if val.endswith(close) and open_ not in val:
                         val = val[:-1]
             else:
+                # A random secret with punctuation in it (`client_secret: k;X(2]v~Qz!`): the whole
+                # run to the next whitespace, unless it reads as code (a call or a subscript).
+                full = _TO_SPACE.match(text, vs, end)
+                whole = _unclosed_quotes_off(full.group(0)) if full is not None else val
+                nxt = _NEXT_PARAM.search(whole)  # ?api_key=...&page=2
+                if nxt and nxt.start():
+                    whole = whole[:nxt.start()]
+                whole = whole.rstrip(".,:;!?")
+                if _VALUE_DELIMS.search(whole) and not _CODE_LIKE.match(whole) and random_secret(whole):
+                    done = vs + len(whole)
+                    yield vs, done, whole
+                    continue
                 cut = _VALUE_DELIMS.search(val)
                 if cut:
                     if val[cut.start()] in "([":  # a call or subscript: code, not a value
