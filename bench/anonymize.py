@@ -9,10 +9,14 @@ seed 0 with its own templates, `collector/_names_data.py`; these templates are w
   generator inserts them), ~20% without PII: arithmetic, dates, versions, timestamps, UUIDs, hashes,
   ports, Python, and capitalized non-names (products, companies, cities on their own, weekdays) to
   count false positives. Phones come from 8 Faker locales, cards from every Faker card type (16-digit
-  ones also grouped), IBANs from 12 countries (also grouped), names and addresses from 11 locales,
-  three of which (fi_FI, cs_CZ, hu_HU) the name model never saw;
+  ones also grouped), IBANs from 12 countries (also grouped), names and addresses from 14 locales,
+  three of which (lt_LT, lv_LV, tr_TR) the name model never saw;
 - ~1 MB of realistic agent trajectories (code, tracebacks, JSON tool results, logs, chat, with PII
-  sprinkled in) for throughput on what ingest actually sees.
+  sprinkled in) for throughput on what ingest actually sees, and `bench/collector.py`'s 4 KB
+  trajectories for the per-trajectory time ingest pays;
+- the independent set of `bench/anonymize_eval.py` (hand-written + Mimesis, dev and hold-out splits):
+  the recall and precision that count, since this file's sentences come from Faker like the name
+  model's training text.
 
 Scoring, per entity type: a prediction is a true positive if it overlaps a gold span of the same
 type; precision = true-positive predictions / predictions; recall = gold spans hit / gold spans.
@@ -33,7 +37,11 @@ text new: a running collector), best of 3 with the cache empty ("cold"), best of
 The name model is trained here from scratch (`--no-train` to reuse the cache) to measure training
 time; the result is the same model ingest would build.
 
-Needs the `bench` extras: presidio-analyzer, faker. If Presidio cannot be imported the benchmark
+The span memo and the name model's word cache are emptied before every timed pass (`steady`), so
+no timed string is known in advance. The trigger backend (hyperscan) is also swapped for its
+pure-Python fallback once, to check that both find the same and to report the fallback's speed.
+
+Needs the `bench` extras: presidio-analyzer, faker, mimesis. If Presidio cannot be imported the benchmark
 still reports looplift alone.
 """
 

@@ -84,7 +84,8 @@ def _phone_national(text: str, m: re.Match[str]) -> str | None:
     s = m.group(0)
     core = re.sub(r"(?i)\s*(?:x|ext\.?|extension|#)\s*\d+$", "", s)
     digits = _digits(core)
-    if not 9 <= len(digits) <= 12 or not re.search(r"[ .\-()/]", core):
+    # 9-12 digits; 13 with the area code in brackets ("(0929) 599013305": German numbers run long).
+    if not 9 <= len(digits) <= (13 if core.startswith("(") else 12) or not re.search(r"[ .\-()/]", core):
         return None
     if _DATE_PREFIX.match(core):  # 05/06/2024 10
         return None
@@ -218,9 +219,10 @@ _DATE = (
 # to 32 characters that are no digit and no line break, then the date. Runs only in windows around
 # trigger substrings, so case-insensitive matching on the original text (camelCase keys) is cheap.
 _DOB = re.compile(
-    WORD_START + r"(?:born|d\.?o\.?b\.?|date[ _-]?of[ _-]?birth|birth[ _-]?date|birthday|geburtsdatum|"
-    r"geboren|date de naissance|n[ée]e? le|fecha de nacimiento|nacid[oa]|data di nascita|nat[oa] il|"
-    r"geboortedatum)" + WORD_END + r"[^\n\d]{0,32}?" + _DATE,
+    WORD_START + r"(?:born|d\.?o\.?b\.?|date[ _-]?of[ _-]?birth|birth[ _-]?date|birthday|geburtsdatum|geburtstag|"
+    r"geboren|date de naissance|n[ée]e? le|anniversaire|fecha de nacimiento|nacid[oa]|cumpleaños|data di nascita|"
+    r"nat[oa] il|compleanno|geboortedatum|verjaardag|födelsedag|fødselsdag|fødselsdato|syntymäpäivä|"
+    r"data urodzenia|urodzony|urodzona|data de nascimento|nascid[oa])" + WORD_END + r"[^\n\d]{0,32}?" + _DATE,
     re.IGNORECASE,
 )
 
@@ -233,7 +235,9 @@ _DOB_AFTER = re.compile(
 # Substrings one of the DOB keywords must contain: a plain `in` test per trigger is far cheaper than
 # running the keyword alternation at every position of a text that has none (most texts).
 _DOB_TRIGGERS = ("born", "dob", "d.o", "do.b", "birth", "geburt", "geboren", "naissance", "né le", "ne le",
-                 "née le", "nee le", "nacimiento", "nacid", "nascita", "nato il", "nata il", "geboorte")
+                 "née le", "nee le", "nacimiento", "nacid", "nascita", "nato il", "nata il", "geboorte", "anniversaire",
+                 "cumplea", "compleanno", "verjaardag", "födelsedag", "fødselsd", "syntymä", "urodz", "nascimento",
+                 "nascid")
 
 
 def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
@@ -439,7 +443,8 @@ _RUN_TAIL = 3
 _IBAN_LEFT, _IBAN_RIGHT = 34, 8
 _KEY_STEMS = ("sk-", "sk_live_", "rk_live_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "AKIA",
               "ASIA", "xox", "AIza", "hf_", "npm_", "pypi-")
-_DOB_STEMS = ("born", "dob", "d.o.b", "birth", "geb", "naiss", "né", "Né", "NÉ", "nacim", "nacid", "nasc", "nato", "nata")
+_DOB_STEMS = ("born", "dob", "d.o.b", "birth", "geb", "naiss", "né", "Né", "NÉ", "nacim", "nacid", "nasc", "nato", "nata",
+              "anniversaire", "cumplea", "compleanno", "verjaardag", "dselsda", "syntym", "urodz")
 # Substrings of the words that introduce a phone number (`_pii_context.PHONE_WORDS`).
 _PHONE_STEMS = ("tel", "tél", "tlf", "phone", "ph", "mob", "cell", "fax", "call", "contact", "reach", "sms", "text",
                 "whats", "dial", "handy", "móvil", "movil", "numéro", "nummer", "número", "numero", "line", "portable",
@@ -567,7 +572,7 @@ DETECTORS: tuple[Detector, ...] = (
     # National with a trunk 0: 020 7946 0958, (0113) 496 0123, 05 36 84 33 53, 04952 883143, 08-246 820 34.
     Detector(
         "PHONE",
-        re.compile(r"(?<![\w+.\-/*])(?:\(0[0-9]{1,4}\)|0[0-9]{1,4})(?:[ .\-/]?[0-9]{2,8}){1,4}" + _EXT
+        re.compile(r"(?<![\w+.\-/*])(?:\(0[0-9]{1,4}\)|0[0-9]{1,4})(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
         _phone_national, (), 14, "numeric", lambda w, nd: nd >= 9 and "0" in w and nd < len(w),
     ),

@@ -9,11 +9,16 @@ punctuation (not those inside hashes and UUIDs), in runs of hex digits and colon
 PEM blocks and e-mails are found first and blanked out, so nothing else looks for numbers or names
 inside them.
 
-Hyperscan is what the DESIGN table names for multi-pattern scanning; its wheels install without a
-compiler on x86-64 Linux, macOS and Windows, where it is part of the `[collector]` extra. Where it
-is not installed (ARM, where Intel's library does not build), the same trigger literals are tested
-with `in` on the text (one C substring search each): identical results, slower on long texts.
-`backend()` says which one runs; `tests/test_anonymize.py` checks that both find the same.
+Hyperscan is what the DESIGN table names for multi-pattern scanning; its wheels (0.9.1) install
+without a compiler on Linux x86-64, macOS (Intel and ARM) and Windows, where it is a dependency of
+the `[collector]` extra. Linux ARM has no wheel: there, and wherever it is not installed, the same
+trigger literals are tested with `in` on the text (one C substring search each) — identical
+results, slower on long texts. `backend()` says which one runs; `tests/test_anonymize.py` checks
+that both find the same candidates.
+
+What hyperscan does not do here: match the detectors' own patterns. They use look-behinds and
+look-aheads (hyperscan has neither) and validators that need the whole match, and hyperscan
+reports every end offset of a repeat, so porting them would move the work into Python callbacks.
 
 `find(text)` returns candidates `(start, end, tier, rank, kind, key)`; the anonymizer picks
 non-overlapping ones. `key` is the normalized value (same value, same pseudonym).
