@@ -53,20 +53,28 @@ def _BRIDGE(w: str) -> bool:
     """Tokens that may sit between a street and a city: ",", a line break, a postcode ("80882", "H-2048")."""
     return w in (",", "\n") or any(ch.isdigit() for ch in w)
 
-def _drop_punctuation_addresses(labels: list[int], wds: list[str], n: int) -> None:
-    """An ADDRESS run of commas and line breaks alone is none (it would pull a name next to it in)."""
+def _runs(labels: list[int], lab: int, n: int) -> list[tuple[int, int]]:
+    """(first, last) token of every maximal run of `lab` in `labels[:n]`."""
+    out = []
     i = 0
     while i < n:
-        if labels[i] != 2:
+        if labels[i] != lab:
             i += 1
             continue
         j = i
-        while j + 1 < n and labels[j + 1] == 2:
+        while j + 1 < n and labels[j + 1] == lab:
             j += 1
+        out.append((i, j))
+        i = j + 1
+    return out
+
+
+def _drop_punctuation_addresses(labels: list[int], wds: list[str], n: int) -> None:
+    """An ADDRESS run of commas and line breaks alone is none (it would pull a name next to it in)."""
+    for i, j in _runs(labels, 2, n):
         if not any(wds[k + 2][0].isalnum() for k in range(i, j + 1)):
             for k in range(i, j + 1):
                 labels[k] = 0
-        i = j + 1
 
 
 class NameModel:
@@ -339,14 +347,7 @@ class NameModel:
         breaks, commas and postcodes) are part of the address: "Plaza [Carlito] Riquelme 55",
         "75002 [Paris]"; an address continues across its commas and line breaks and takes its
         trailing postcode ("NW1 6XE")."""
-        i = 0
-        while i < n:
-            if labels[i] != 1:
-                i += 1
-                continue
-            j = i
-            while j + 1 < n and labels[j + 1] == 1:
-                j += 1
+        for i, j in _runs(labels, 1, n):
             span = None
             k = i - 1
             while k >= 0 and i - k <= 3 and labels[k] == 0 and _BRIDGE(wds[k + 2]):
@@ -364,7 +365,6 @@ class NameModel:
             if span is not None:
                 for k in range(span[0], span[1] + 1):
                     labels[k] = 2
-            i = j + 1
         for i in range(n - 2, -1, -1):  # a house number before the street: "957 Bjørnheimveien"
             if labels[i] == 0 and labels[i + 1] == 2:
                 w = wds[i + 2]

@@ -231,25 +231,25 @@ def find_masked(text: str) -> tuple[list[Candidate], str]:
     found: list[Candidate] = []
     bits = _triggers(text)
     if bits & _TEXT_BITS:
-        for bit, det in _FIRST:
-            if bits & bit:
-                if det.scope == "text":
-                    _run(det, text, 0, len(text), found)
-                else:
-                    for s, e in _at_windows(text):
-                        _run(det, text, s, e, found)
+        _run_fired(_FIRST, bits, text, found, _at_windows)
         if found:
             text = _mask(text, found)
-        for bit, det in _LATER:
-            if bits & bit:
-                if det.scope == "text":
-                    _run(det, text, 0, len(text), found)
-                else:
-                    for s, e in _hexcolon_windows(text):
-                        _run(det, text, s, e, found)
+        _run_fired(_LATER, bits, text, found, _hexcolon_windows)
     if bits & _NUMERIC_BIT:
         _scan_numbers(text, found, bits)
     return found, text
+
+
+def _run_fired(dets: tuple[tuple[int, Detector], ...], bits: int, text: str, found: list[Candidate],
+               windows: Callable[[str], list[tuple[int, int]]]) -> None:
+    """Run the detectors whose trigger fired: over the whole text, or in their windows."""
+    for bit, det in dets:
+        if bits & bit:
+            if det.scope == "text":
+                _run(det, text, 0, len(text), found)
+            else:
+                for s, e in windows(text):
+                    _run(det, text, s, e, found)
 
 
 def _scan_numbers(text: str, found: list[Candidate], bits: int) -> None:
