@@ -11,7 +11,8 @@ import types
 import pytest
 
 EXPECTED = {
-    "sdk": {"ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
+    "sdk": {"Budget", "EnvFamily", "EvalSuite", "Policy", "ToolCall", "ToolCallFunction", "task_slice",
+            "ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
             "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "looplift_home", "run"},
     "sdk.infra": {"ServerThread", "ServerThreadError", "atomic_dir", "atomic_open", "atomic_write", "atomic_write_json",
