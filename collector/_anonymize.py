@@ -65,7 +65,7 @@ PSEUDONYM_KEY_FILE = "collector_pseudonym.key"
 # scanned, dict keys included.
 _STRUCTURAL_KEYS = frozenset(
     {"id", "schema_version", "app", "model", "served_version", "role", "tool_call_id", "type",
-     "finish_reason", "started_at", "finished_at", "message_index", "index", "turns"}
+     "finish_reason", "started_at", "finished_at", "message_index", "index", "turns", "end_reason"}
 )
 
 _NAME_TIER, _PERSON_RANK, _ADDRESS_RANK = 2, 30, 31
@@ -320,7 +320,7 @@ class Anonymizer:
             elif k in ("messages", "steps", "tool_calls") and isinstance(v, list):
                 out[k] = [self._walk_record(x, state, found) if isinstance(x, dict) else self._walk(x, state, found)
                           for x in v]
-            elif k in ("outcome", "function") and isinstance(v, dict):
+            elif k in ("outcome", "function", "tool_call") and isinstance(v, dict):
                 out[k] = self._walk_record(v, state, found)
             else:
                 out[k] = self._walk(v, state, found)

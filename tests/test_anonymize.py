@@ -873,3 +873,15 @@ def test_hand_written_evaluation_files_parse() -> None:
         assert len(samples) >= 90
         for s in samples:  # gold spans point at their values, no markup left over
             assert not re.search(r"\[\[[A-Z_]+: ", s.text) and all(0 <= g.start < g.end <= len(s.text) for g in s.gold)
+
+
+def test_schema_v2_step_tool_call_is_scanned_and_its_id_and_the_end_reason_kept() -> None:
+    traj = _traj()
+    traj.steps[0].tool_call = ToolCall(id="call 10.2.3.4", function=ToolCallFunction(
+        name="send_mail", arguments=json.dumps({"to": "jane@corp.example"})))
+    traj.end_reason = "max_steps"
+    anon = anonymize_trajectory(traj)
+    call = anon.steps[0].tool_call
+    assert call is not None and call.id == "call 10.2.3.4"  # an id: kept as it is, like message tool calls
+    assert json.loads(call.function.arguments) == {"to": "<EMAIL_1>"}
+    assert anon.end_reason == "max_steps"
