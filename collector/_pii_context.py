@@ -165,3 +165,9 @@ def password_key(key: str) -> bool:
     """Does the key name a password (`db_pass`, `dbPassword`, `rootpassword`, `pwd`), not `bypass_token`?"""
     return any(w.startswith(("pass", "pwd")) or w.endswith(("password", "passwd", "passphrase"))
                for w in ident_words(key))
+
+
+def secret_key(key: str) -> bool:
+    """Does the key name a secret (`client_secret`, `secretKey`, `appsecret`)? Its value may hold any
+    characters, like a password's, but must not read as words (`"my-app-secret"`)."""
+    return any(w.endswith("secret") for w in ident_words(key))

@@ -34,6 +34,7 @@ from ._pii_context import (
     context,
     not_secret_key,
     password_key,
+    secret_key,
 )
 
 _CARD_GROUPS = {(4, 4, 4, 4), (4, 6, 5), (4, 6, 4), (4, 4, 4, 4, 3), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3),
@@ -301,8 +302,21 @@ _SECRET_KW_ENDS = re.compile(WORD_END)
 _BEARER_VALUE = re.compile(r"\s+(?P<val>[A-Za-z0-9._~+/=\-]{16,})")
 
 _TO_SPACE = re.compile(r"\S+")
-_CODE_LIKE = re.compile(r"[A-Za-z_$][\w.$]*[(\[]|[\[{(]")
-_GLUED_VALUE = re.compile(r"(?P<rest>[\w.-]*)(?:=|:)(?P<val>\S{6,200})")
+# A value cannot start with these: it is the next parameter (`token=<masked JWT>&expires=3600`).
+_LEADING_DELIMS = frozenset("&,;")
+# A call or a subscript, whole (`get_token()`, `os.environ['KEY']`, `tokens[0]`), or a call cut at
+# its first space (`compute(a,`): code, not a secret.
+_CODE_LIKE = re.compile(r"[A-Za-z_$][\w.$]*(?:\([^()]*\)|\[[^\[\]]*\])+[\w.()\[\]]*|[A-Za-z_$][\w.$]*\(.*,")
+_GLUED_VALUE = re.compile(r"(?P<rest>[\w.-]*)[\"']?\s*(?:=|:)\s*(?P<val>\S{6,200})")
+
+
+def _not_words(value: str) -> bool:
+    """`k5v(6Rrp!`, `s3cr3t-x`; not `my-app-secret`."""
+    return random_secret(value) or (len(value) >= 6 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value))
+
+
+def _random_not_code(value: str) -> bool:
+    return value[:1] not in _LEADING_DELIMS and not _CODE_LIKE.fullmatch(value) and random_secret(value)
 
 
 def _unclosed_quotes_off(val: str) -> str:
@@ -339,7 +353,7 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
             vm = _BEARER_VALUE.match(text, m.end())
             if vm is None:
                 continue
-            val, vs, password_like = vm.group("val").rstrip(".,:;!?"), vm.start("val"), False
+            val, vs, password_like, named_secret = vm.group("val").rstrip(".,:;!?"), vm.start("val"), False, False
         else:
             ks = m.start()
             while ks > 0 and (text[ks - 1].isalnum() or text[ks - 1] in "_.-"):
@@ -350,12 +364,13 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 continue  # "tokens", "secretary", "passwordless": the keyword must end its word
             vm = _SECRET_VALUE.match(text, m.end(), end)
             if vm is None:
-                # `password={'fdp!&^@ts`: a password that starts with a quote or a bracket.
+                # `password={'fdp!&^@ts`, `client_secret: 23C"L9{WXu//HM"G`: a value with quotes or
+                # brackets early on. Any value for a password; a random-looking one for other keys.
                 gm = _GLUED_VALUE.match(text, m.end(), end)
                 key = text[ks:m.end()] + (gm.group("rest") if gm else "")
-                if gm is not None and password_key(key) and not not_secret_key(key):
+                if gm is not None and not not_secret_key(key):
                     val = _unclosed_quotes_off(gm.group("val"))
-                    if secret_value_ok(val, True):
+                    if secret_value_ok(val, True) and (password_key(key) or _random_not_code(val)):
                         done = gm.start("val") + len(val)
                         yield gm.start("val"), done, val
                 continue
@@ -363,11 +378,14 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
             if not_secret_key(key):
                 continue
             val, vs = vm.group("val"), vm.start("val")
-            password_like = password_key(key)
+            # A secret's value is taken like a password's (any characters, to the next space) but
+            # must look random or hold a digit.
+            named_secret = secret_key(key) and not password_key(key)
+            password_like = password_key(key) or named_secret
             quoted = text[vs - 1] in "\"'"
             if quoted:  # the quotes delimit the value: keep every character
                 done = vs + len(val)
-                if secret_value_ok(val, password_like, quoted=True):
+                if secret_value_ok(val, password_like, quoted=True) and (not named_secret or _not_words(val)):
                     yield vs, vs + len(val), val
                 continue
             if password_like:
@@ -392,7 +410,8 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 if nxt and nxt.start():
                     whole = whole[:nxt.start()]
                 whole = whole.rstrip(".,:;!?")
-                if _VALUE_DELIMS.search(whole) and not _CODE_LIKE.match(whole) and random_secret(whole):
+                if (whole != val or _VALUE_DELIMS.search(whole)) and _random_not_code(whole) \
+                        and secret_value_ok(whole, True):
                     done = vs + len(whole)
                     yield vs, done, whole
                     continue
@@ -403,7 +422,7 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                     val = val[:cut.start()]
                 val = val.rstrip(".,:;!?")
         done = vs + len(val)
-        if secret_value_ok(val, password_like):
+        if secret_value_ok(val, password_like) and (not named_secret or _not_words(val)):
             yield vs, vs + len(val), val
 
 

@@ -789,6 +789,8 @@ MORE_FORMATS = [
     ("SECRET", "password={'fdp!&^@tshKNJ:5.>* user=bob", "{'fdp!&^@tshKNJ:5.>*"),
     ("SECRET", "mysql -h db.prod -u reporting -p'Qz7#mK2$vL9!' analytics", "Qz7#mK2$vL9!"),
     ("SECRET", "client_secret: k;X(2]v~Qz!9", "k;X(2]v~Qz!9"),
+    ("SECRET", 'client_secret: 23C"L9{WXu//HM"G', '23C"L9{WXu//HM"G'),
+    ("SECRET", "client_secret=vRsMy2jVBY", "vRsMy2jVBY"),
 ]
 
 
@@ -885,3 +887,8 @@ def test_schema_v2_step_tool_call_is_scanned_and_its_id_and_the_end_reason_kept(
     assert call is not None and call.id == "call 10.2.3.4"  # an id: kept as it is, like message tool calls
     assert json.loads(call.function.arguments) == {"to": "<EMAIL_1>"}
     assert anon.end_reason == "max_steps"
+
+
+def test_the_parameter_after_a_masked_token_is_not_its_value() -> None:
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+    assert found(f"token={jwt}&expires=3600", Anonymizer(names=False)) == [("JWT", jwt)]
