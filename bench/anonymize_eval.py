@@ -178,48 +178,25 @@ class MimesisGen:
 
     def value(self, slot: str, loc: str) -> tuple[str, str | None]:
         """(value, gold kind or None for non-PII filler)."""
-        r = self.rng
-        p = self.person[loc]
-        if slot == "PERSON":
-            return self._person(loc), "PERSON"
-        if slot == "FIRST":
-            return p.first_name(), "PERSON"
-        if slot == "LAST":
-            return p.last_name(), "PERSON"
-        if slot == "ADDRESS":
-            return self._address(loc), "ADDRESS"
-        if slot == "EMAIL":
-            return p.email(), "EMAIL"
-        if slot == "PHONE":
-            return p.phone_number(), "PHONE"
-        if slot == "IPV4":
-            return self.internet.ip_v4(), "IPV4"
-        if slot == "IPV6":
-            return self.internet.ip_v6(), "IPV6"
-        if slot == "CREDIT_CARD":
-            return self.payment.credit_card_number(), "CREDIT_CARD"
-        if slot == "DOB":
-            d = self.dt.date(start=1940, end=2005)
-            return d.strftime(r.choice(_DOB_FORMATS)), "DOB"
-        if slot == "SECRET":
-            return self.en.password(length=r.randrange(10, 24)), "SECRET"
-        if slot == "TITLE":
-            return r.choice(("Mr.", "Ms.", "Dr.", "Mrs.")), None
-        if slot == "USER":
-            return self.en.username(), None
-        if slot == "CITY":
-            return self.address[loc].city(), None
-        if slot == "WEEKDAY":
-            return r.choice(_WEEKDAYS), None
-        if slot == "DATE":
-            return self.dt.datetime(start=2023, end=2024).isoformat(timespec="seconds"), None
-        if slot == "VER":
-            return f"{r.randrange(1, 9)}.{r.randrange(0, 30)}.{r.randrange(0, 40)}", None
-        if slot == "PRICE":
-            return f"{r.randrange(1, 5000)}.{r.randrange(0, 100):02d}", None
-        if slot == "N":
-            return str(r.randrange(1, 10 ** r.randrange(1, 7))), None
-        raise KeyError(slot)
+        r, p = self.rng, self.person[loc]
+        pii: dict[str, Any] = {
+            "PERSON": lambda: self._person(loc), "FIRST": p.first_name, "LAST": p.last_name,
+            "ADDRESS": lambda: self._address(loc), "EMAIL": p.email, "PHONE": p.phone_number,
+            "IPV4": self.internet.ip_v4, "IPV6": self.internet.ip_v6, "CREDIT_CARD": self.payment.credit_card_number,
+            "DOB": lambda: self.dt.date(start=1940, end=2005).strftime(r.choice(_DOB_FORMATS)),
+            "SECRET": lambda: self.en.password(length=r.randrange(10, 24)),
+        }
+        filler: dict[str, Any] = {
+            "TITLE": lambda: r.choice(("Mr.", "Ms.", "Dr.", "Mrs.")), "USER": self.en.username,
+            "CITY": self.address[loc].city, "WEEKDAY": lambda: r.choice(_WEEKDAYS),
+            "DATE": lambda: self.dt.datetime(start=2023, end=2024).isoformat(timespec="seconds"),
+            "VER": lambda: f"{r.randrange(1, 9)}.{r.randrange(0, 30)}.{r.randrange(0, 40)}",
+            "PRICE": lambda: f"{r.randrange(1, 5000)}.{r.randrange(0, 100):02d}",
+            "N": lambda: str(r.randrange(1, 10 ** r.randrange(1, 7))),
+        }
+        if slot in pii:
+            return pii[slot](), slot if slot not in ("FIRST", "LAST") else "PERSON"
+        return filler[slot](), None
 
     def sample(self) -> Sample:
         loc = self.rng.choice(self.locales)
