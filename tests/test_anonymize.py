@@ -865,11 +865,15 @@ def test_span_memo_returns_copies_and_clears() -> None:
 
 
 def test_hand_written_evaluation_files_parse() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    try:
-        import anonymize_eval
-    finally:
-        sys.path.pop(0)
+    import importlib.util
+
+    # Loaded by path: putting bench/ on sys.path would let bench/sandboxes.py shadow the package.
+    path = Path(__file__).resolve().parents[1] / "bench" / "anonymize_eval.py"
+    spec = importlib.util.spec_from_file_location("bench_anonymize_eval", path)
+    assert spec is not None and spec.loader is not None
+    anonymize_eval = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = anonymize_eval  # dataclasses look their module up
+    spec.loader.exec_module(anonymize_eval)
     for split in ("dev", "holdout"):
         samples = anonymize_eval.load_handwritten(split)
         assert len(samples) >= 90
