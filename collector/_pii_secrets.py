@@ -50,9 +50,9 @@ _BEARER_VALUE = re.compile(r"\s+(?P<val>[A-Za-z0-9._~+/=\-]{16,})")
 _TO_SPACE = re.compile(r"\S+")
 # A value cannot start with these: it is the next parameter (`token=<masked JWT>&expires=3600`).
 _LEADING_DELIMS = frozenset("&,;")
-# A call or a subscript, whole (`get_token()`, `os.environ['KEY']`, `tokens[0]`), or a call cut at
-# its first space (`compute(a,`): code, not a secret.
-_CODE_LIKE = re.compile(r"[A-Za-z_$][\w.$]*(?:\([^()]*\)|\[[^\[\]]*\])+[\w.()\[\]]*|[A-Za-z_$][\w.$]*\(.*,")
+# A call or a subscript, whole (`get_token()`, `os.environ['KEY']`, `tokens[0]`), or a call whose
+# arguments run past the value (`compute(a,`, `tokenize(pan="4111..."`): code, not a secret.
+_CODE_LIKE = re.compile(r"[A-Za-z_$][\w.$]*(?:\([^()]*\)|\[[^\[\]]*\])+[\w.()\[\]]*|[A-Za-z_$][\w.$]*\([^)]*[=,\"'].*")
 _GLUED_VALUE = re.compile(r"(?P<rest>[\w.-]*)[\"']?\s*(?:=|:)\s*(?P<val>\S{6,200})")
 
 

@@ -799,6 +799,11 @@ def test_formats_from_the_independent_dev_set(kind: str, text: str, value: str) 
     assert (kind, value) in found(text, Anonymizer(names=False))
 
 
+def test_a_card_passed_to_a_call_after_a_secret_word_stays_a_card() -> None:
+    text = 'token = tokenize(pan="4111111111111111", cvv="123")'
+    assert found(text, Anonymizer(names=False)) == [("CREDIT_CARD", "4111111111111111")]
+
+
 @pytest.mark.parametrize("text", ["The population is 601 622 262 inhabitants.", "Budget: 601 622 262 EUR",
                                   "price $ 601 622 262", "order 601 622 262", "x = (12) 3456-7890 + 1",
                                   "api_key=abc,def", "token = tokens[0]", "secret = compute(a, b)",
