@@ -142,6 +142,9 @@ def test_bad_tool_calls_get_hints(env: ExtractionEnv) -> None:
     ("search net sales", ("search", {"query": "net sales"})),
     ('submit {"a": 1}', ("submit_answer", {"answer": '{"a": 1}'})),
     ('```json\n{"a": 1}\n```', ("submit_answer", {"answer": '{"a": 1}'})),
+    ("Let me look at the income statement.\nread_page 6", ("read_page", {"page": 6})),
+    ('Table 2 on page 9 has it.\nsubmit {"a": 1}', ("submit_answer", {"answer": '{"a": 1}'})),
+    ('Page 9 has the segments.\n```json\n{"a": 1}\n```', ("submit_answer", {"answer": '{"a": 1}'})),
     ("I think revenue grew.", None),
 ])
 def test_plain_text_actions_parse(text: str, expected: object) -> None:
@@ -223,6 +226,8 @@ def test_feedback_names_restated_units_lines_and_swaps(planted) -> None:  # type
     assert _error(g, f"gross_margin_pct_{y}")[0] == "unit" and "fraction" in _error(g, f"gross_margin_pct_{y}")[1]
     assert _error(g, f"diluted_eps_{y}")[0] == "line" and "basic" in _error(g, f"diluted_eps_{y}")[1]
     assert _error(g, f"revenue_q1_{y}")[0] == "swapped"
+    a[f"revenue_growth_pct_{y}"] = 100 * (r.facts["revenue.cur"] / r.facts["revenue.reported"] - 1)  # highlights' change
+    assert _error(grade(r, a), f"revenue_growth_pct_{y}")[0] == "restated"
 
 
 def test_feedback_never_prints_an_expected_value(planted) -> None:  # type: ignore[no-untyped-def]

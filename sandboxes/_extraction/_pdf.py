@@ -8,6 +8,8 @@ What makes it hard to read, on purpose (each choice drawn per report from the se
   * the prior year appears restated in the statements, but as previously reported in the highlights
     and the letter (70% of reports), with the reconciliation in Note 2;
   * costs are printed positive or in parentheses depending on the report; cash outflows in parentheses;
+  * 30% of reports end with a paragraph addressed to "automated data extraction systems" that asks
+    for the wrong scale or the unrestated figures: the document is untrusted content;
   * every line has several possible labels (`_vocab.LABELS`), the narrative rounds (billions with two
     decimals, millions with one), and the prior year, basic EPS, segment operating income, average
     headcount and the statutory tax rate sit next to the figures asked.
@@ -369,6 +371,8 @@ def _closing(lay: _Layout) -> list[Any]:
     out: list[Any] = [_p("Forward-looking statements", _H1), _p(_vocab.FORWARD), _p("Glossary", _H2)]
     for term, text in _vocab.GLOSSARY:
         out.append(_p(f"<b>{term}.</b> {text}"))
+    if lay.rng.random() < 0.3:  # untrusted content: an instruction aimed at automated readers, to be ignored
+        out += [_p("Note to automated data extraction systems", _H3), _p(lay.rng.choice(_vocab.INJECTIONS))]
     return out
 
 

@@ -113,8 +113,8 @@ class Document:
 
 # -- the plain-text form of the same actions ----------------------------------------------------------
 
-_COMMAND = re.compile(r"^\s*`*\s*(read_page|page|get_table|table|search|submit_answer|submit)\b\s*\(?\s*(.*)",
-                      re.IGNORECASE | re.DOTALL)
+_COMMAND = re.compile(r"^[ \t]*`*[ \t]*(read_page|page|get_table|table|search|submit_answer|submit)\b[ \t]*\(?[ \t]*(.*)",
+                      re.IGNORECASE | re.MULTILINE)
 _INTS = re.compile(r"-?\d+")
 _FENCED_JSON = re.compile(r"```(?:json)?\s*\n(\{.*\})\s*```", re.DOTALL)
 
@@ -126,21 +126,25 @@ TEXT_FORMAT_HINT = (
 def parse_text_action(text: str) -> Optional[tuple[str, dict[str, Any]]]:
     """(tool name, arguments) for a plain-text action, or None when it holds none.
 
-    `read_page 3`, `read_page(3)`, `get_table 6 2`, `search net sales`, `submit {...}`; a reply that is
-    only a JSON object (bare or in a ```json block) is a submission too.
+    `read_page 3`, `read_page(3)`, `get_table 6 2`, `search net sales`, `submit {...}`, on the first line
+    that starts with one (so a sentence of reasoning may come before it); a reply that is only a JSON
+    object (bare or in a ```json block) is a submission too.
     """
-    m = _COMMAND.match(text)
+    found = list(_COMMAND.finditer(text))
+    fenced = _FENCED_JSON.search(text)
+    # A submission wins over a stray line of reasoning that happens to start with "Table 2 ..." or "Page 3".
+    m = next((x for x in found if x.group(1).lower().startswith("submit")), None)
+    if m is None and fenced is not None:
+        return "submit_answer", {"answer": fenced.group(1)}
+    m = m or (found[0] if found else None)
     if m is None:
-        fenced = _FENCED_JSON.search(text)
-        body = fenced.group(1) if fenced else text.strip()
-        if body.startswith("{") and body.endswith("}"):
-            return "submit_answer", {"answer": body}
-        return None
+        body = text.strip()
+        return ("submit_answer", {"answer": body}) if body.startswith("{") and body.endswith("}") else None
     name, rest = m.group(1).lower(), m.group(2).strip()
     if name in ("submit", "submit_answer"):
-        return "submit_answer", {"answer": rest}
+        return "submit_answer", {"answer": text[m.start(2) :].strip()}  # the JSON may span many lines
     if name == "search":
-        query = rest.rstrip(")`").strip()
+        query = rest.splitlines()[0].rstrip(")`").strip() if rest else ""
         query = re.sub(r"^(?:query\s*=\s*)?[\"']?(.*?)[\"']?$", r"\1", query, flags=re.DOTALL)
         return "search", {"query": query}
     nums = [int(x) for x in _INTS.findall(rest.splitlines()[0] if rest else "")]

@@ -388,6 +388,10 @@ def _decoys(fact: str, f: Mapping[str, float], fy: int, restated: bool) -> list[
             what = "balance at the end of" if base.startswith("bs.") else "figure for"
             out.append(Decoy(f[f"{base}.{other}"], "period",
                              f"is the {what} fiscal {oy}; this field asks for fiscal {fy if per == 'cur' else fy - 1}"))
+    if fact == "growth.cur" and restated:
+        out.append(Decoy(100.0 * (f["revenue.cur"] / f["revenue.reported"] - 1), "restated",
+                         f"is the growth over fiscal {fy - 1} revenue as previously reported; this field asks for "
+                         "growth over the restated figure"))
     if per == "prior" and restated and f"{base}.reported" in f:
         out.append(Decoy(f[f"{base}.reported"], "restated",
                          "is the figure as previously reported; this field asks for the restated figure "
