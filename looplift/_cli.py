@@ -199,12 +199,15 @@ def _print_demo(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="held-out success per cycle")
-    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "seconds"):
+    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "gate b/c, p",
+                "seconds"):
         table.add_column(col, justify="right")
     for c in result["cycles"]:
+        g = c.get("gate_figures")
+        figures = "-" if not g else f"{g['b']}/{g['c']}, p={g['p_value']:.2g}"
         table.add_row(str(c["cycle"]), c["version"], f"{c['held_out_success']:.0%}", str(c["episodes"]),
                       str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
-                      "yes" if c["promoted"] else "no", f"{c['seconds']:.0f}")
+                      "yes" if c["promoted"] else "no", figures, f"{c['seconds']:.0f}")
     Console(width=max(100, Console().width)).print(table)
     console.print(f"failed requests during swaps: {result['swap_failed_requests']} of {result['swap_requests']}")
     console.print(f"wrote {result['json_out']} and chart {result.get('chart')}  (total {result['total_seconds']:.0f} s)")
