@@ -20,7 +20,7 @@ console = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 1) -> NoReturn:
-    console.print(f"[red]error:[/red] {msg}", highlight=False)
+    console.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)  # one line, however long
     raise typer.Exit(code)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from . import _defaults as D
 from ._interrupt import StopToken
@@ -75,11 +75,17 @@ class Scheduler:
 
     def __init__(self, job: JobConfig, schedule: ScheduleConfig, suite: EvalSuite, *,
                  status: Optional[Status] = None, around_promote: Optional[Callable[[], Any]] = None,
-                 now: Callable[[], datetime] = lambda: datetime.now().astimezone()) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+                 admin: Optional[Callable[[], Any]] = None, job_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+        """`now` is the clock the cron trigger reads; `admin` makes the `server.AdminClient` the drift
+        trigger asks for the serving version; `job_kwargs` go to every `run_job` call (tests pass a
+        gateway faked at its transport through both)."""
         self.job, self.schedule, self.suite = job, schedule, suite
         self._say = status or (lambda msg: None)
         self._around_promote = around_promote
         self._now = now
+        self._admin = admin or self._default_admin
+        self._job_kwargs = dict(job_kwargs or {})
         self.token = StopToken()
         self.results: list[JobResult] = []
         self._store: Any = None
@@ -106,12 +112,18 @@ class Scheduler:
         """Scored trajectories of the app ingested since the newest run's export."""
         return int(self._open_store().window_stats(app=self.job.app, since=self._since_last_run()).scored)
 
-    def drift_reading(self) -> Optional[dict[str, Any]]:
-        """The drift figures (serving version, measured, live, episodes), or None when there is nothing to compare."""
+    def _default_admin(self) -> Any:
         from server import AdminClient
 
-        with AdminClient(self.job.gateway_url, self.job.admin_token) as admin:
+        return AdminClient(self.job.gateway_url, self.job.admin_token)
+
+    def drift_reading(self) -> Optional[dict[str, Any]]:
+        """The drift figures (serving version, measured, live, episodes), or None when there is nothing to compare."""
+        admin = self._admin()
+        try:
             serving = admin.versions().serving
+        finally:
+            admin.close()
         measured = measured_success(default_runs_dir(self.job.runs_dir), serving)
         if measured is None:
             return None
@@ -160,7 +172,7 @@ class Scheduler:
         self._say(f"trigger {trigger}: starting a retrain job")
         try:
             result = run_job(self.job, suite=self.suite, trigger=trigger, status=self._say, stop=self.token,
-                             around_promote=self._around_promote)
+                             around_promote=self._around_promote, **self._job_kwargs)
         except JobInterrupted:
             raise
         except Exception as e:
