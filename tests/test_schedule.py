@@ -13,7 +13,6 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import pytest
 from _jobsteps import FakeGateway, add_trajectories, plus_one_suite, quick_step
 
 from trainer import JobConfig, JobLock, ScheduleConfig, Scheduler, list_runs

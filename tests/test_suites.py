@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import sdk
-from trainer import ConfigError, SuiteError, load_config, load_suite, prompt_suite, suite_from_holdout
-from trainer._config import job_config, parse_duration, schedule_config
+from trainer import (ConfigError, SuiteError, job_config, load_config, load_suite, prompt_suite, schedule_config,
+                     suite_from_holdout)
+from trainer._config import parse_duration
 
 BIN = Path(sys.executable).parent
 

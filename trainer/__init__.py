@@ -16,7 +16,7 @@ their train steps in `TRAIN_STEPS`; multi-GPU (torchrun + FSDP) is not wired yet
 """
 
 from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
-from ._config import LoopliftConfig, load_config
+from ._config import LoopliftConfig, job_config, load_config, schedule_config
 from ._eval import EvalResult, evaluate
 from ._from_holdout import HoldoutSuite, suite_from_holdout
 from ._gate import GateConfig, GateDecision, SliceRow, gate, mcnemar_p
@@ -64,12 +64,14 @@ __all__ = [
     "build_base_model",
     "evaluate",
     "gate",
+    "job_config",
     "list_runs",
     "load_config",
     "load_suite",
     "mcnemar_p",
     "prompt_suite",
     "run_job",
+    "schedule_config",
     "suite_from_holdout",
     "train_sft",
     "write_lora_adapter",

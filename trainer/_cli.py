@@ -12,6 +12,7 @@ from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(help="Post-train the served model: the retrain job, its history, the scheduler, eval suites, "
                        "the base-model builder, SFT.",
@@ -20,7 +21,8 @@ console = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 1) -> NoReturn:
-    console.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)  # one line, however long
+    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
+    console.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -145,7 +147,7 @@ def run_cmd(
     try:
         with sigterm_stops(stop):
             res = run_job(job, suite=suite, trigger=trigger, stop=stop,  # type: ignore[arg-type]
-                          status=lambda m: console.print(f"[dim]{m}[/dim]", highlight=False))
+                          status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     except JobInterrupted as e:
         _fail(f"interrupted by {e}; the serving version is untouched and the run is recorded as interrupted", 143)
     except _known_errors() as e:
@@ -222,7 +224,7 @@ def schedule_cmd(
                       app=app_name, min_reward=min_reward, min_examples=min_examples, holdout=holdout, alpha=alpha,
                       slice_tolerance=slice_tolerance, runs_dir=runs_dir)
     scheduler = Scheduler(job, sched, suite,  # type: ignore[arg-type]
-                          status=lambda m: console.print(f"[dim]{m}[/dim]", highlight=False))
+                          status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     console.print(f"scheduler: cron={sched.cron} new-data={sched.new_data} drift={sched.drift}; polling every "
                   f"{sched.poll_s:g} s", highlight=False)
     try:

@@ -41,8 +41,6 @@ POLL_S = 30.0
 DRIFT_WINDOW_S = 24 * 3600.0
 #: Fewer live episodes than this in the window: no drift decision (too noisy).
 DRIFT_MIN_EPISODES = 30
-#: Seconds `looplift up` waits for a running job to stop when the stack stops.
-STOP_GRACE_S = 60.0
 
 # ---- files -------------------------------------------------------------------------------------
 #: The config file `trainer` and `looplift up` read (from the CWD, then `$LOOPLIFT_HOME`).
