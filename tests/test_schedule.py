@@ -159,3 +159,15 @@ def test_sigterm_mid_job_records_an_interrupted_run(tmp_path: Path, db_url: str)
     lock = JobLock(db_url, tmp_path / "runs")
     assert lock.try_acquire()
     lock.release()
+
+
+def test_a_bad_cron_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")} | {"LOOPLIFT_HOME": str(tmp_path)}
+    for cmd in (["looplift", "up", "--retrain", "every night"],
+                ["trainer", "schedule", "--cron", "every night", "--eval", "sandboxes:arithmetic_suite"]):
+        p = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "Traceback" not in p.stderr
+        assert "cron expression 'every night' does not parse; write 5 fields" in p.stderr
+    assert not (tmp_path / "models").exists()  # `up` refused before building a model or starting vLLM

@@ -133,24 +133,22 @@ def test_a_crashing_checker_is_recorded_as_an_error_not_a_failure(tmp_path: Path
 
 
 # ---- from holdout -------------------------------------------------------------------------------------------
+def _rec(rid: str, task: str, app: str, reward: float | None, score: float, *turns: str,
+         corrected: bool = False) -> dict[str, object]:
+    """An SFT export line: system prompt, then alternating user/assistant `turns`."""
+    msgs = [{"role": "system", "content": "Be brief."}]
+    msgs += [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    return {"id": rid, "task_id": task, "app": app, "reward": reward, "score": score, "corrected": corrected,
+            "messages": msgs}
+
+
 def _holdout(tmp_path: Path) -> Path:
     rows = [
-        {"id": "1", "task_id": "t1", "app": "shop", "reward": 1.0, "score": 1.0, "corrected": False,
-         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Order status of 42?"},
-                      {"role": "assistant", "content": '{"status": "shipped"}'}]},
-        {"id": "2", "task_id": "t2", "app": "shop", "reward": 0.0, "score": 0.0, "corrected": False,
-         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Refund?"},
-                      {"role": "assistant", "content": "no"}]},
-        {"id": "3", "task_id": "t3", "app": "help", "reward": None, "score": 0.9, "corrected": False,
-         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Open hours?"},
-                      {"role": "assistant", "content": '{"status": "9-5"}'}, {"role": "user", "content": "Sunday?"},
-                      {"role": "assistant", "content": '{"status": "closed"}'}]},
-        {"id": "4", "task_id": "t4", "app": "shop", "reward": 0.0, "score": 1.0, "corrected": True,
-         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Track 7?"},
-                      {"role": "assistant", "content": '{"status": "lost"}'}]},
-        {"id": "5", "task_id": "t1", "app": "shop", "reward": 1.0, "score": 1.0, "corrected": False,
-         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Order status of 42?"},
-                      {"role": "assistant", "content": '{"status": "shipped"}'}]},
+        _rec("1", "t1", "shop", 1.0, 1.0, "Order status of 42?", '{"status": "shipped"}'),
+        _rec("2", "t2", "shop", 0.0, 0.0, "Refund?", "no"),
+        _rec("3", "t3", "help", None, 0.9, "Open hours?", '{"status": "9-5"}', "Sunday?", '{"status": "closed"}'),
+        _rec("4", "t4", "shop", 0.0, 1.0, "Track 7?", '{"status": "lost"}', corrected=True),
+        _rec("5", "t1", "shop", 1.0, 1.0, "Order status of 42?", '{"status": "shipped"}'),
     ]
     path = tmp_path / "data.holdout.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

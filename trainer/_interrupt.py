@@ -18,7 +18,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any, Optional
+from typing import Optional
 
 from .errors import JobInterrupted
 
@@ -86,9 +86,7 @@ def sigterm_stops(token: StopToken) -> Iterator[None]:
         if not token.in_critical:
             raise JobInterrupted(name)
 
-    previous: dict[int, Any] = {s: signal.signal(s, handler) for s in _SIGNALS}
-    try:
+    with contextlib.ExitStack() as restore:
+        for signum in _SIGNALS:
+            restore.callback(signal.signal, signum, signal.signal(signum, handler))
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
