@@ -106,11 +106,15 @@ def test_a_stop_mid_training_is_recorded_as_interrupted_and_redone(job: JobConfi
     assert again.status == "promoted"
 
 
-def test_runs_without_a_result_show_as_interrupted(tmp_path: Path) -> None:
-    d = tmp_path / "runs" / "20260101T000000000000Z-abcd"
-    d.mkdir(parents=True)
-    (d / "run.json").write_text(json.dumps({"run_id": d.name, "trigger": "cron", "started_at": "2026-01-01"}))
-    [run] = list_runs(tmp_path / "runs")
-    assert run["status"] == "interrupted" and run["trigger"] == "cron"
-    [run] = list_runs(tmp_path / "runs", lock_held=lambda: True)
-    assert run["status"] == "running"
+def test_runs_without_a_result_show_as_interrupted_or_running(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    dead, live = tmp_path / "runs" / "20260101T000000000000Z-abcd", tmp_path / "runs" / "20260102T000000000000Z-abcd"
+    for d, pid in ((dead, 2**22 + 1), (live, os.getpid())):  # 2**22+1: above the default pid_max, never a process
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"run_id": d.name, "trigger": "cron", "started_at": "2026-01-01",
+                                                "host": socket.gethostname(), "pid": pid}))
+    first, second = list_runs(tmp_path / "runs")
+    assert first["status"] == "interrupted" and first["trigger"] == "cron" and "killed" in first["reason"]
+    assert second["status"] == "running"

@@ -161,19 +161,27 @@ def run_cmd(
 
 @app.command("runs")
 def runs_cmd(
+    run_id: Optional[str] = typer.Argument(None, help="Show this run in full: its gate's per-slice table and record."),
     runs_dir: Optional[Path] = _RUNS_DIR,
     limit: int = typer.Option(20, help="Show the newest N runs (0: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print every field of each run as a JSON list."),
 ) -> None:
     """The retrain history: run id, start, trigger, status, reason and the gate's figures."""
+    from rich.table import Table
+
     from ._runs import default_runs_dir, list_runs
 
     runs = list_runs(default_runs_dir(runs_dir))
+    if run_id is not None:
+        found = [r for r in runs if r.get("run_id", "").startswith(run_id)]
+        if len(found) != 1:
+            _fail(f"{len(found)} runs match {run_id!r} in {default_runs_dir(runs_dir)}; give a longer run id", 2)
+        _show_run(found[0], as_json)
+        return
     runs = runs[-limit:] if limit > 0 else runs
     if as_json:
         print(json.dumps(runs))
         return
-    from rich.table import Table
 
     table = Table(title=f"retrain runs ({default_runs_dir(runs_dir)})")
     for col in ("run", "started", "trigger", "status", "candidate vs serving", "n", "b/c", "p", "reason"):
@@ -187,6 +195,26 @@ def runs_cmd(
                       f"{g['b']}/{g['c']}" if "b" in g else "-",
                       f"{g['p_value']:.2g}" if "p_value" in g else "-", r.get("reason") or "")
     Console(width=max(160, Console().width)).print(table)
+
+
+def _show_run(run: dict, as_json: bool) -> None:  # type: ignore[type-arg]
+    if as_json:
+        print(json.dumps(run))
+        return
+    from rich.table import Table
+
+    g = run.get("gate") or {}
+    console.print(f"run {run.get('run_id')}: [bold]{run.get('status')}[/bold] — {escape(str(run.get('reason')))}",
+                  highlight=False)
+    if g.get("slices"):
+        table = Table(title=f"{g['test']}: n={g['n']} b={g['b']} c={g['c']} p={g['p_value']:.3g} alpha={g['alpha']:g}"
+                            f" (slice tolerance {g['slice_tolerance']:.0%})")
+        for col in ("slice", "n", "candidate", "serving", "delta", "regressed"):
+            table.add_column(col, justify="right")
+        for r in g["slices"]:
+            table.add_row(r["slice"], str(r["n"]), f"{r['candidate']:.0%}", f"{r['serving']:.0%}",
+                          f"{100 * r['delta']:+.0f} pts", "yes" if r["regressed"] else "no")
+        Console().print(table)
 
 
 @app.command("schedule")

@@ -4,8 +4,9 @@
     <runs>/<run_id>/config.json   the resolved job config
     <runs>/<run_id>/result.json   written last (atomically): status, reason, gate figures, ...
 
-A run without `result.json` is either running (the job lock is held) or was killed without a chance to
-record anything (SIGKILL, power loss); `trainer runs` shows it as "running" or "interrupted", and like
+A run without `result.json` is either running (its process, named in run.json, is alive) or was killed
+without a chance to record anything (SIGKILL, power loss); `trainer runs` shows it as "running" or
+"interrupted", and like
 every interrupted run it is redone by the next trigger. Statuses: promoted, rejected (the gate said no),
 skipped (nothing new, too little data, another job running), interrupted, failed.
 
@@ -16,9 +17,11 @@ hosts put the runs dir on storage they share (the job lock already serializes th
 from __future__ import annotations
 
 import json
+import os
+import socket
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from sdk import looplift_home
 
@@ -39,26 +42,36 @@ def _read(path: Path) -> Optional[dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
-def list_runs(runs: Path, *, lock_held: Optional[Callable[[], bool]] = None) -> list[dict[str, Any]]:
+def _alive(start: dict[str, Any]) -> bool:
+    """Whether the process that started a run still runs (only knowable on its own host)."""
+    if start.get("host") != socket.gethostname() or not isinstance(start.get("pid"), int):
+        return False
+    try:
+        os.kill(start["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_runs(runs: Path) -> list[dict[str, Any]]:
     """Every run, oldest first: its result, or for a run without one its start record with status
-    "running" (the newest such run while `lock_held()` says a job runs) or "interrupted"."""
+    "running" (its process still runs on this host) or "interrupted"."""
     if not runs.is_dir():
         return []
-    dirs = sorted(p for p in runs.iterdir() if p.is_dir())
     out: list[dict[str, Any]] = []
-    incomplete: list[dict[str, Any]] = []
-    for d in dirs:
+    for d in sorted(p for p in runs.iterdir() if p.is_dir()):
         result = _read(d / "result.json")
         if result is not None:
             out.append(result)
             continue
         start = _read(d / "run.json") or {"run_id": d.name}
-        rec = start | {"status": "interrupted", "reason": "no result recorded: the process was killed before it "
-                                                            "could record one; the next trigger redoes it"}
-        out.append(rec)
-        incomplete.append(rec)
-    if incomplete and lock_held is not None and lock_held():
-        incomplete[-1].update(status="running", reason="in progress")
+        if _alive(start):
+            out.append(start | {"status": "running", "reason": "in progress"})
+        else:
+            out.append(start | {"status": "interrupted", "reason": "no result recorded: the process was killed before "
+                                                                   "it could record one; the next trigger redoes it"})
     return out
 
 
