@@ -171,3 +171,28 @@ def test_a_bad_cron_is_one_line_before_anything_starts(tmp_path: Path) -> None:
         assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "Traceback" not in p.stderr
         assert "cron expression 'every night' does not parse; write 5 fields" in p.stderr
     assert not (tmp_path / "models").exists()  # `up` refused before building a model or starting vLLM
+
+
+def test_the_stack_scheduler_stops_a_running_job_when_the_stack_stops(tmp_path: Path, db_url: str,
+                                                                       monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from looplift._retrain import plan_retrain, retrain_in_stack
+
+    add_trajectories(db_url, 3)
+    monkeypatch.setenv("LOOPLIFT_TEST_MARKER", str(tmp_path / "training"))
+    monkeypatch.setenv("LOOPLIFT_TEST_RELEASE", str(tmp_path / "never"))
+    args = _common_args(tmp_path, db_url)
+    (tmp_path / "looplift.toml").write_text(
+        f'[trainer]\neval = "{args[1]}"\nalgo = "_jobsteps:slow_step"\napp = "shop"\nmin_examples = 1\n'
+        f'runs_dir = "{tmp_path / "runs"}"\n[schedule]\nnew_data = 1\npoll = "0.1s"\n')
+    plan = plan_retrain(tmp_path / "looplift.toml", None, None)  # triggers in the file: the scheduler runs
+    assert plan is not None and plan.schedule.new_data == 1 and plan.suite.name == "suite"
+    lines: list[str] = []
+    with retrain_in_stack(plan, gateway_url="http://127.0.0.1:9", db_url=db_url, admin_token="t",
+                          model_dir=tmp_path / "base", say=lines.append, grace_s=30) as scheduler:
+        _wait_for(lambda: list(tmp_path.glob("training.*")), 60, "the stack's scheduler did not start a job")
+    assert not scheduler.token.in_critical and scheduler.token.requested
+    [run] = list_runs(tmp_path / "runs")
+    assert run["status"] == "interrupted" and "the stack is stopping" in run["reason"]
+    assert run["trigger"].startswith("new-data") and any("scheduler on" in m for m in lines)
+    (tmp_path / "plain.toml").write_text('[trainer]\napp = "shop"\n')
+    assert plan_retrain(tmp_path / "plain.toml", None, None) is None  # no trigger anywhere: `up` runs no scheduler
