@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from _jobsteps import FakeGateway, add_trajectories, plus_one_suite, quick_step
 
 from trainer import JobConfig, JobLock, ScheduleConfig, Scheduler, list_runs
@@ -196,3 +197,24 @@ def test_the_stack_scheduler_stops_a_running_job_when_the_stack_stops(tmp_path: 
     assert run["trigger"].startswith("new-data") and any("scheduler on" in m for m in lines)
     (tmp_path / "plain.toml").write_text('[trainer]\napp = "shop"\n')
     assert plan_retrain(tmp_path / "plain.toml", None, None) is None  # no trigger anywhere: `up` runs no scheduler
+
+
+def test_window_stats_count_what_the_triggers_read(any_db_url: str) -> None:
+    from collector import open_store
+    from sdk import Feedback
+
+    add_trajectories(any_db_url, 4, version="policy-v1")
+    add_trajectories(any_db_url, 2, start=10, version="policy-v1", reward=0.0)
+    add_trajectories(any_db_url, 3, start=20, version="policy-v2", app="other")
+    store = open_store(any_db_url)
+    try:
+        store.add_feedback(Feedback(trajectory_id="shop-10", rating=-1.0), anonymize=False)
+        store.add_feedback(Feedback(trajectory_id="shop-0", rating=0.5), anonymize=False)
+        w = store.window_stats(app="shop", served_version="policy-v1")
+        assert (w.total, w.scored, w.with_outcome, w.successes, w.with_feedback) == (6, 6, 6, 4, 2)
+        assert w.success_rate == pytest.approx(4 / 6) and w.mean_feedback == pytest.approx(-0.25)
+        assert store.window_stats().total == 9 and store.window_stats(app="other").successes == 3
+        later = datetime.now(timezone.utc) + timedelta(seconds=1)
+        assert store.window_stats(since=later).total == 0 and store.window_stats(until=later).total == 9
+    finally:
+        store.close()
