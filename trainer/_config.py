@@ -50,7 +50,6 @@ from sdk import looplift_home
 
 from . import _defaults as D
 from .errors import ConfigError
-from .sft import SFTConfig
 
 if TYPE_CHECKING:
     from ._job import JobConfig
@@ -65,7 +64,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
-    "sft": {f.name: (_NUM if f.type in ("float", float) else (int,)) for f in dataclasses.fields(SFTConfig)},
+    "sft": {},  # filled from trainer.SFTConfig's fields when a file has [sft] (importing sft imports torch)
 }
 _PATH_KEYS = {("trainer", "base_model"), ("trainer", "runs_dir")}
 
@@ -114,6 +113,10 @@ def load_config(explicit: Optional[Path] = None) -> LoopliftConfig:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
+    if "sft" in raw and not SCHEMA["sft"]:
+        from .sft import SFTConfig
+
+        SCHEMA["sft"] = {f.name: (_NUM if f.type in ("float", float) else (int,)) for f in dataclasses.fields(SFTConfig)}
     unknown = [f"[{s}]" for s in raw if s not in SCHEMA]
     unknown += [f"[{s}].{k}" for s, keys in raw.items() if s in SCHEMA and isinstance(keys, dict)
                 for k in keys if k not in SCHEMA[s]]
@@ -163,6 +166,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
     from ._gate import GateConfig
     from ._job import JobConfig
     from ._suites import is_suite_file
+    from .sft import SFTConfig
 
     unknown = set(flags) - set(SCHEMA["trainer"]) - {"alpha", "slice_tolerance"}
     if unknown:  # pragma: no cover - a programming error in a caller
