@@ -83,3 +83,9 @@ def test_the_looplift_command_loads_without_torch() -> None:
             "print(sorted(m for m in ('torch', 'transformers', 'peft', 'vllm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_trainer_lazy_exports_match_all() -> None:
+    import trainer
+
+    assert sorted(trainer.__all__) == sorted(trainer._EXPORTS)

@@ -71,7 +71,15 @@ _EXPORTS = {
     "train_sft": ".sft",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
+    "BaseModelConfig", "CheckerVerifier", "ConfigError", "EvalResult", "GateConfig", "GateDecision", "HoldoutSuite",
+    "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "PublishError",
+    "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv", "SliceRow", "StopToken",
+    "SuiteError", "TRAIN_STEPS", "TrainData", "TrainStep", "Trained", "TrainerError", "TrainingDataError",
+    "base_model_dir", "build_base_model", "evaluate", "gate", "job_config", "list_runs", "load_config", "load_suite",
+    "mcnemar_p", "prompt_suite", "run_job", "schedule_config", "suite_from_holdout", "train_sft",
+    "write_lora_adapter", "write_untrained",
+]
 
 if TYPE_CHECKING:
     from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
