@@ -18,6 +18,7 @@ DockerSandbox is made.
 from __future__ import annotations
 
 from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, demonstration, held_out_tasks, training_tasks
+from ._arithmetic_suite import arithmetic_suite
 from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
@@ -42,6 +43,7 @@ from .errors import (
 __all__ = [
     "ArithmeticEnv",
     "ArithmeticVerifier",
+    "arithmetic_suite",
     "demonstration",
     "held_out_tasks",
     "training_tasks",
