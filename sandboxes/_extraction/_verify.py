@@ -44,6 +44,8 @@ MAX_ANSWER_BYTES = 16_000
 
 @dataclass(frozen=True)
 class FieldError:
+    """One field that did not count: its key, the category (missing, sign, scale, ...) and the message."""
+
     key: str
     category: str
     message: str
