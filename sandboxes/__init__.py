@@ -8,6 +8,9 @@ security boundary — see `LOCAL_LIMITATIONS`).
 backend with `detect_backend`. Whatever the code does comes back as an `ExecResult`; only failures
 of the machinery raise (`sandboxes.errors`).
 
+Task families (`env_families()`: name -> lazy loader of an `sdk.EnvFamily`) live in private
+sub-packages, e.g. `_extraction` (financial reports read through tools).
+
 `import sandboxes` needs neither docker-py nor an engine; the Docker backend imports docker when a
 DockerSandbox is made.
 """
@@ -20,6 +23,7 @@ from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
 from ._envs import CodeEnv, ShellEnv
+from ._families import env_families
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
@@ -65,6 +69,7 @@ __all__ = [
     "build_image",
     "choose_backend",
     "detect_backend",
+    "env_families",
     "make_pool",
     "make_sandbox",
     "reap_orphans",

@@ -38,7 +38,8 @@ EXPECTED = {
                   "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
                   "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
-                  "arithmetic_suite", "build_image", "choose_backend", "demonstration", "detect_backend", "held_out_tasks", "make_pool",
+                  "arithmetic_suite", "build_image", "choose_backend", "demonstration", "detect_backend", "env_families",
+                  "held_out_tasks", "make_pool",
                   "make_sandbox", "reap_orphans", "training_tasks"},
     "looplift": {"main"},
 }
