@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -53,8 +54,16 @@ if str(_ROOT) not in sys.path:
 
 import sdk  # noqa: E402
 from collector import CollectorSettings, serve_in_thread  # noqa: E402
-from sandboxes import ArithmeticEnv, ArithmeticVerifier, detect_backend, held_out_tasks, make_pool, training_tasks  # noqa: E402
-from sdk import Task, Trajectory  # noqa: E402
+from sandboxes import (  # noqa: E402
+    ArithmeticEnv,
+    ArithmeticVerifier,
+    arithmetic_suite,
+    detect_backend,
+    held_out_tasks,
+    make_pool,
+    training_tasks,
+)
+from sdk import EvalSuite, Task, Trajectory  # noqa: E402
 from server import AdminClient, GatewaySettings, VLLMConfig, start_gateway_in_thread, start_vllm  # noqa: E402
 from trainer import (  # noqa: E402
     BaseModelConfig,
@@ -86,7 +95,7 @@ class Sizes:
     tasks_per_update: int = 8
     group: int = 8
     held_out: int = 100
-    pool: int = 128
+    pool: int = 2000
     trl_updates: int = 150
     trl_every: int = 10
     async_updates: int = 8
@@ -94,8 +103,13 @@ class Sizes:
     hard_episodes: int = 256
 
 
-QUICK = Sizes(cycles=1, updates_per_cycle=2, tasks_per_update=4, group=4, held_out=20, pool=32, trl_updates=4,
+QUICK = Sizes(cycles=2, updates_per_cycle=2, tasks_per_update=4, group=4, held_out=20, pool=32, trl_updates=4,
               trl_every=2, async_updates=2, hard_cycles=1, hard_episodes=32)
+
+
+def digits(task: Task) -> str:
+    """The pass-rate sampler's kind of an arithmetic task (as in the demo): how many digits it must copy."""
+    return str(sum(c.isdigit() for c in str(task.data.get("expression", ""))))
 
 
 def first_turn_ok(text: str, answer: int) -> bool:
@@ -169,26 +183,30 @@ class Bench:
             except Exception as e:
                 print(f"warning: {stop} failed: {e}", file=sys.stderr)
 
-    def eval_version(self, version: str, tasks: list[Task]) -> dict[str, float]:
+    def suite(self, name: str, tasks: list[Task]) -> EvalSuite:
+        """`tasks` with the demo suite's budget and sampling (4 turns, 64 tokens, seeded per task)."""
+        demo = arithmetic_suite(1, pool=self.pool)
+        return dataclasses.replace(demo, name=name, tasks=tasks, env_factory=self.env)
+
+    def eval_version(self, version: str, suite: EvalSuite) -> dict[str, float]:
         """Held-out whole-episode and first-turn success of `version` (pass@1, temperature 1, seeded)."""
         trajs: list[Trajectory] = []
-        res = asyncio.run(evaluate(version, tasks, self.env, self.verifier, base_url=self.gw.url + "/v1", seed=0,
-                                   on_episode=trajs.append))
-        answers = {t.id: int(t.data["answer"]) for t in tasks}
+        res = asyncio.run(evaluate(version, suite, base_url=self.gw.url + "/v1", on_episode=trajs.append))
+        answers = {t.id: int(t.data["answer"]) for t in suite.tasks}
         first = [next((m.content or "" for m in t.messages if m.role == "assistant"), "") for t in trajs]
         ft = sum(first_turn_ok(f, answers[t.task_id]) for f, t in zip(first, trajs))
         return {"whole_episode": res.success, "first_turn": round(ft / len(trajs), 4)}
 
-    def job(self, name: str, algo: str, held: list[Task], **kw: Any) -> JobConfig:
+    def job(self, name: str, algo: str, **kw: Any) -> JobConfig:
         return JobConfig(base_model_dir=self.model_dir, collector_db=self.db, gateway_url=self.gw.url,
-                         admin_token=self.token, app=name, algo=algo, eval_tasks=len(held), min_examples=1,
+                         admin_token=self.token, app=name, algo=algo, min_examples=1,
                          runs_dir=self.state / "runs" / name, **kw)
 
 
 # ---- ours ------------------------------------------------------------------------------------------
 
 
-def run_online(b: Bench, name: str, pool: list[Task], held: list[Task], cycles: int, *, sampler: Any,
+def run_online(b: Bench, name: str, pool: list[Task], held: EvalSuite, cycles: int, *, sampler: Any,
                grpo: GRPOConfig, evaluate_each: bool = True) -> dict[str, Any]:
     """Cycles of online GRPO + gate on a fresh gateway; then every update's version evaluated on `held`."""
     s = b.sizes
@@ -214,12 +232,11 @@ def run_online(b: Bench, name: str, pool: list[Task], held: list[Task], cycles: 
 
     for c in range(1, cycles + 1):
         first = len(points)
-        res = run_cycle(online, b.job(name, "grpo", held, grpo=grpo), s.updates_per_cycle,
-                        eval_env=(held, b.env, b.verifier), on_update=mark)
+        res = run_cycle(online, b.job(name, "grpo", grpo=grpo), s.updates_per_cycle, suite=held, on_update=mark)
         points[-1]["version"] = res.job.candidate
         points[-1]["loop_s"] = round(time.monotonic() - t0 - eval_s, 1)  # the gate is part of the loop
         wall = sum(res.split_s.values())
-        cycles_out.append({"cycle": c, "status": res.job.status, "candidate": res.job.candidate,
+        cycles_out.append({"cycle": c, "status": res.job.status, "reason": res.job.reason, "candidate": res.job.candidate,
                            "candidate_success": res.job.candidate_success, "serving_success": res.job.serving_success,
                            "rollouts_spent": res.rollouts_spent, "rollouts_dropped": res.rollouts_dropped,
                            "rollout_success": res.rollout_success, "wall_s": round(wall, 1), "split_s": res.split_s,
@@ -250,7 +267,7 @@ def run_async_table(b: Bench, pool: list[Task], grpo: GRPOConfig) -> dict[str, A
         tl = Timeline()
         online = OnlineGRPO(GRPOLearner(b.model_dir, grpo), pool=pool, env_factory=b.env, verifier=b.verifier,
                             gateway_url=b.gw.url, admin=b.admin(), adapters_dir=b.state / f"adapters-{mode}",
-                            sampler=PassRateSampler(seed=0), version="policy-v0",
+                            sampler=PassRateSampler(seed=0, kind_of=digits), version="policy-v0",
                             config=OnlineConfig(group_size=b.sizes.group, tasks_per_update=b.sizes.tasks_per_update,
                                                 mode=mode, app=f"async-{mode}"),
                             collector=b.client, timeline=tl)
@@ -277,22 +294,25 @@ def run_hard(b: Bench, grpo: GRPOConfig) -> dict[str, Any]:
     """SFT (the demo's cycle: rollouts of the serving alias -> collector -> export successes -> SFT -> gate) vs
     GRPO (online updates -> gate), the same number of rollouts per cycle, on the hard split."""
     s = b.sizes
-    held = hard_tasks(s.held_out, seed=1_000_003)
-    banned = frozenset(t.id for t in held)
-    out: dict[str, Any] = {"held_out": len(held), "rollouts_per_cycle": s.hard_episodes}
+    held_tasks = hard_tasks(s.held_out, seed=1_000_003)
+    held = b.suite("arith-hard-held-out", held_tasks)
+    banned = frozenset(t.id for t in held_tasks)
+    out: dict[str, Any] = {"held_out": len(held_tasks), "rollouts_per_cycle": s.hard_episodes}
     b.gateway("hard-sft")
     out["base"] = b.eval_version("policy-v0", held)
     sft_cycles = []
     for c in range(1, s.hard_cycles + 1):
         tasks = hard_tasks(s.hard_episodes, seed=50 + c, exclude=banned)
         trajs = sdk.run(tasks, b.env, model="policy", verifier=b.verifier, collector=b.client, app="hard-sft",
-                        base_url=b.gw.url + "/v1", max_steps=4, concurrency=16, sampling=sdk.Sampling(max_tokens=64, seed=c))
+                        base_url=b.gw.url + "/v1", budget=held.budget, concurrency=16,
+                        sampling=dataclasses.replace(held.sampling, seed=c))
         b.client.flush()
-        job = run_job(b.job("hard-sft", "sft", held), eval_env=(held, b.env, b.verifier))
+        job = run_job(b.job("hard-sft", "sft"), suite=held, trigger=f"bench hard sft {c}")
         served = job.candidate_success if job.promoted else job.serving_success
         sft_cycles.append({"cycle": c, "rollouts": c * len(tasks), "rollout_success": sum(bool(t.outcome and t.outcome.success)
                                                                                           for t in trajs) / len(trajs),
-                           "exported": job.exported, "status": job.status, "serving_success": served})
+                           "exported": job.exported, "status": job.status, "reason": job.reason,
+                           "candidate_success": job.candidate_success, "serving_success": served})
         print(f"  hard sft cycle {c}: {job.status} {job.reason}", flush=True)
     out["sft"] = sft_cycles
     per_update = s.tasks_per_update * s.group
@@ -304,11 +324,12 @@ def run_hard(b: Bench, grpo: GRPOConfig) -> dict[str, Any]:
                         version="policy-v0", config=OnlineConfig(group_size=s.group, tasks_per_update=s.tasks_per_update,
                                                                  app="hard-grpo"), collector=b.client)
     for c in range(1, s.hard_cycles + 1):
-        res = run_cycle(online, b.job("hard-grpo", "grpo", held, grpo=grpo), max(1, s.hard_episodes // per_update),
-                        eval_env=(held, b.env, b.verifier))
+        res = run_cycle(online, b.job("hard-grpo", "grpo", grpo=grpo), max(1, s.hard_episodes // per_update),
+                        suite=held, trigger=f"bench hard grpo {c}")
         served = res.job.candidate_success if res.job.promoted else res.job.serving_success
         grpo_cycles.append({"cycle": c, "rollouts": c * res.rollouts_spent, "rollout_success": res.rollout_success,
-                            "dropped": res.rollouts_dropped, "status": res.job.status, "serving_success": served,
+                            "dropped": res.rollouts_dropped, "status": res.job.status, "reason": res.job.reason,
+                            "serving_success": served,
                             "candidate_success": res.job.candidate_success})
         print(f"  hard grpo cycle {c}: {res.job.status} {res.job.reason} dropped {res.rollouts_dropped}", flush=True)
     out["grpo"] = grpo_cycles
@@ -393,7 +414,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"trl trained: {[r['checkpoints'][-1] for r in out['trl']]}", flush=True)
         b = Bench(model_dir, state, sizes)
         try:
-            held = held_out_tasks(sizes.held_out)
+            held = b.suite(f"arithmetic-held-out-{sizes.held_out}", held_out_tasks(sizes.held_out))
             pool = training_tasks(sizes.pool, seed=1001)
             if "trl" in parts:
                 b.gateway("trl")
@@ -405,7 +426,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     print(f"trl lr={run['lr']}: {[(m['rollouts'], m['first_turn'], m['whole_episode']) for m in run['checkpoints']]}",
                           flush=True)
             if "ours" in parts:
-                out["ours"] = run_online(b, "ours", pool, held, sizes.cycles, sampler=PassRateSampler(seed=0), grpo=grpo)
+                out["ours"] = run_online(b, "ours", pool, held, sizes.cycles, sampler=PassRateSampler(seed=0, kind_of=digits),
+                                         grpo=grpo)
             if "uniform" in parts:
                 out["uniform"] = run_online(b, "uniform", pool, held, sizes.cycles, sampler=UniformSampler(0), grpo=grpo)
             if "async" in parts:

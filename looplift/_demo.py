@@ -3,8 +3,12 @@
     cycle 0: evaluate the base model (policy-v0) on the held-out tasks
     cycle k: roll out the serving policy on fresh training tasks -> collector (anonymized, scored)
              -> `trainer run` (export verified successes -> LoRA SFT -> gate -> publish/hot-swap)
-    --algo grpo: cycle k spends the same rollout budget on online GRPO updates (`trainer.run_cycle`), each
-             a new adapter version the next rollouts use, then the same gate and publish
+    --algo grpo: cycle k spends its rollout budget on online GRPO updates (`trainer.run_cycle`), each a
+             new adapter version the next rollouts use, then the same gate and publish
+
+The gate runs on the demo task's eval suite, `sandboxes.arithmetic_suite` (held-out problems, the
+suite's budget and sampling), exactly as `trainer run --eval sandboxes:arithmetic_suite` would; every
+cycle's record carries the gate's figures (discordant pairs, p-value).
 
 The stack (vLLM, gateway, collector) is started in this process on free loopback ports with its own
 state directory under `$LOOPLIFT_HOME/demo/<timestamp>`, so a demo never mixes with data from an
@@ -16,6 +20,7 @@ background "canary" keeps sending requests to the alias; any failed request is c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import secrets
 import threading
@@ -72,12 +77,13 @@ class CycleRecord:
     seconds: float
     rollout_success: Optional[float] = None
     gate: Optional[str] = None
-    rollouts_spent: Optional[int] = None
+    gate_figures: Optional[dict[str, Any]] = None
+    """The gate's test, n, discordant b/c, p-value, alpha, success rates and per-slice table."""
     rollouts_dropped: Optional[int] = None
     """GRPO: rollouts in groups that carried no signal (all rewards equal) or were too stale; never trained on."""
-    updates: Optional[list[dict[str, Any]]] = None
     split_s: Optional[dict[str, float]] = None
     """GRPO: the cycle's wall time by part (generation, environment, training, adapter, other, gate)."""
+    updates: Optional[list[dict[str, Any]]] = None
 
 
 class _Canary:
@@ -188,24 +194,22 @@ class _Loop:
     canary_failed: int = 0
 
     def run(self) -> None:
-        from sandboxes import ArithmeticEnv, ArithmeticVerifier, held_out_tasks
+        from sandboxes import arithmetic_suite
 
         cfg, progress = self.config, self.progress
-        verifier = ArithmeticVerifier()
-        held = held_out_tasks(cfg.held_out)
-        pool = self.pool
-        env = lambda: ArithmeticEnv(pool=pool)  # noqa: E731
+        suite = arithmetic_suite(cfg.held_out, pool=self.pool)
+        suite = dataclasses.replace(suite, sampling=dataclasses.replace(suite.sampling, seed=cfg.seed))
         t0 = time.monotonic()
-        bar = progress.add_task("cycle 0: held-out eval", total=len(held))
-        res = asyncio.run(evaluate("policy", held, env, verifier, base_url=self.gateway_url + "/v1", seed=cfg.seed,
-                                   concurrency=cfg.concurrency, on_episode=lambda _t: progress.advance(bar)))
+        bar = progress.add_task("cycle 0: held-out eval", total=len(suite.tasks))
+        res = asyncio.run(evaluate("policy", suite, base_url=self.gateway_url + "/v1", concurrency=cfg.concurrency,
+                                   on_episode=lambda _t: progress.advance(bar)))
         self.records.append(CycleRecord(0, self._serving(), res.success, 0, 0, None, False,
                                         round(time.monotonic() - t0, 1)))
-        online = self._online(env, verifier) if cfg.algo == "grpo" else None
+        online = self._online(suite) if cfg.algo == "grpo" else None
         for cycle in range(1, cfg.cycles + 1):
-            self.records.append(self._cycle(cycle, held, env, verifier, online))
+            self.records.append(self._cycle(cycle, suite, online))
 
-    def _online(self, env: Any, verifier: Any) -> Any:
+    def _online(self, suite: Any) -> Any:
         """GRPO: one learner for the whole run (RL continues its policy; the gate decides what serves), its
         pass-rate estimates kept in the state directory."""
         from sandboxes import training_tasks
@@ -215,41 +219,42 @@ class _Loop:
         cfg = self.config
         return OnlineGRPO(
             GRPOLearner(self.model_dir, cfg.grpo), pool=training_tasks(cfg.task_pool, seed=cfg.seed * 1000 + 1),
-            env_factory=env, verifier=verifier, gateway_url=self.gateway_url,
+            env_factory=suite.env_factory, verifier=suite.verifier, gateway_url=self.gateway_url,
             admin=AdminClient(self.gateway_url, self.admin_token), adapters_dir=self.state / "grpo-adapters",
             sampler=PassRateSampler(self.state / "pass_rates.json", seed=cfg.seed, kind_of=digits),
-            version=self._serving(),
-            config=cfg.online, collector=self.client)
+            version=self._serving(), config=cfg.online, collector=self.client)
 
-    def _cycle(self, cycle: int, held: Any, env: Any, verifier: Any, online: Any = None) -> CycleRecord:
+    def _cycle(self, cycle: int, suite: Any, online: Any = None) -> CycleRecord:
         from sandboxes import training_tasks
         from trainer import run_cycle
 
         cfg, progress = self.config, self.progress
         t0 = time.monotonic()
         job_config = JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
-                               admin_token=self.admin_token, app="demo", eval_tasks=cfg.held_out, eval_seed=cfg.seed,
-                               sft=cfg.sft, algo=cfg.algo, grpo=cfg.grpo, runs_dir=self.state / "runs")
+                               admin_token=self.admin_token, app="demo", eval="sandboxes:arithmetic_suite",
+                               eval_concurrency=cfg.concurrency, sft=cfg.sft, algo=cfg.algo, grpo=cfg.grpo,
+                               runs_dir=self.state / "runs")
         canary = _Canary(self.gateway_url, "policy")
         grpo: dict[str, Any] = {}
         if online is None:
             tasks = training_tasks(cfg.episodes, seed=cfg.seed * 1000 + cycle)
             bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
-            trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=self.client, app="demo",
-                            base_url=self.gateway_url + "/v1", max_steps=4, concurrency=cfg.concurrency,
-                            sampling=sdk.Sampling(max_tokens=64, seed=cfg.seed + cycle),
+            trajs = sdk.run(tasks, suite.env_factory, model="policy", verifier=suite.verifier, collector=self.client,
+                            app="demo", base_url=self.gateway_url + "/v1", budget=suite.budget,
+                            concurrency=cfg.concurrency,
+                            sampling=dataclasses.replace(suite.sampling, seed=cfg.seed + cycle),
                             on_episode=lambda _t: progress.advance(bar))
             self.client.flush()
             rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
             spent = len(trajs)
             gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
-            job = run_job(job_config, eval_env=(held, env, verifier), around_promote=lambda: canary)
+            job = run_job(job_config, suite=suite, trigger=f"demo cycle {cycle}", around_promote=lambda: canary)
         else:
             updates = max(1, cfg.episodes // (cfg.online.tasks_per_update * cfg.online.group_size))
             bar = progress.add_task(f"cycle {cycle}: GRPO updates", total=updates)
             gate_bar = progress.add_task(f"cycle {cycle}: gate", total=1)
-            res = run_cycle(online, job_config, updates, eval_env=(held, env, verifier), around_promote=lambda: canary,
-                            on_update=lambda _r: progress.advance(bar))
+            res = run_cycle(online, job_config, updates, suite=suite, around_promote=lambda: canary,
+                            on_update=lambda _r: progress.advance(bar), trigger=f"demo cycle {cycle}")
             job, spent, rollout_success = res.job, res.rollouts_spent, res.rollout_success
             grpo = {"rollouts_dropped": res.rollouts_dropped, "split_s": res.split_s,
                     "updates": res.summary()["updates"]}
@@ -259,7 +264,7 @@ class _Loop:
         success = job.candidate_success if job.promoted else job.serving_success
         return CycleRecord(cycle, self._serving(), success if success is not None else self.records[-1].held_out_success,
                            spent, job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
-                           rollout_success=rollout_success, gate=job.reason, rollouts_spent=spent, **grpo)
+                           rollout_success=rollout_success, gate=job.reason, gate_figures=job.gate, **grpo)
 
     def _serving(self) -> str:
         from server import AdminClient

@@ -14,7 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import sdk
-from sdk import Outcome, StepResult, Task, Trajectory
+from sdk import Budget, EvalSuite, Outcome, Sampling, StepResult, Task, Trajectory
 from server import AdminClient, GatewayHandle, GatewaySettings, start_gateway_in_thread
 from trainer import (
     GRPOConfig,
@@ -75,6 +75,11 @@ def gateway(vllm_server: Any, tmp_path: Path) -> Iterator[GatewayHandle]:
 
 def _tasks(n: int) -> list[Task]:
     return [Task(id=f"echo-{i}", prompt=f"Say something about {i}") for i in range(n)]
+
+
+def _suite(n: int) -> EvalSuite:
+    return EvalSuite(name="echo", tasks=_tasks(n), env_factory=EchoEnv, verifier=HalfVerifier(),
+                     budget=Budget(max_steps=2), sampling=Sampling(max_tokens=8, seed=0))
 
 
 def _rollouts(gateway: GatewayHandle, n_tasks: int, group: int, max_steps: int) -> list[Trajectory]:
@@ -157,7 +162,7 @@ def test_trainer_run_trains_from_the_collector_export_and_gates(gateway: Gateway
     cfg = JobConfig(base_model_dir=looplift_model_dir, collector_db=db, gateway_url=gateway.url, admin_token=ADMIN,
                     app="rl-test", min_examples=1, algo=algo, grpo=GRPOConfig(minibatch=16, epochs=1),
                     dpo=DPOConfig(steps=4, batch_size=4), runs_dir=tmp_path / "runs")
-    res = run_job(cfg, eval_env=(_tasks(3), EchoEnv, HalfVerifier()))
+    res = run_job(cfg, suite=_suite(3))
     assert res.status in ("promoted", "rejected") and res.candidate == "policy-v1" and res.serving == "policy-v0"
     assert res.exported == (3 if algo == "grpo" else 6)  # 3 groups of 4, or 2 best-vs-worst pairs per task
     run_dir = next((tmp_path / "runs").iterdir())
@@ -176,7 +181,7 @@ def test_run_cycle_trains_online_then_gates_and_points_the_next_rollouts_at_the_
     online = _online(gateway, looplift_model_dir, tmp_path, "sync", Keep())
     job = JobConfig(base_model_dir=looplift_model_dir, collector_db=f"sqlite:///{tmp_path / 'unused.db'}",
                     gateway_url=gateway.url, admin_token=ADMIN, algo="grpo", runs_dir=tmp_path / "runs")
-    res = run_cycle(online, job, 2, eval_env=(_tasks(2), EchoEnv, HalfVerifier()))
+    res = run_cycle(online, job, 2, suite=_suite(2))
     assert [u.published for u in res.updates] == ["policy-v1", None]  # the last update is the job's to load and gate
     assert res.job.candidate == "policy-v2" and res.job.status in ("promoted", "rejected")
     assert online.version == "policy-v2" and res.rollouts_spent == 16 and res.job.exported == 16

@@ -9,7 +9,6 @@ beside it (`looplift_<algo>.json`). Deliberately not here: quantized bases, DoRA
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -45,6 +44,8 @@ def lora_model(
 
 def save_adapter(model: Any, out_dir: Path, algo: str, meta: dict[str, Any]) -> Path:
     """Write the adapter and `looplift_<algo>.json` (`meta`, dataclasses and paths made JSON) atomically."""
+    from ._json import jsonable
+
     from sdk.infra import atomic_dir  # here, not at import: the training core runs where only torch & co. are
 
     out_dir = Path(out_dir)
@@ -52,16 +53,3 @@ def save_adapter(model: Any, out_dir: Path, algo: str, meta: dict[str, Any]) -> 
         model.save_pretrained(tmp)
         (tmp / f"looplift_{algo}.json").write_text(json.dumps(jsonable(meta), indent=2))
     return out_dir
-
-
-def jsonable(obj: Any) -> Any:
-    """Dataclasses, paths and containers of them as plain JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {k: jsonable(v) for k, v in dataclasses.asdict(obj).items()}
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj

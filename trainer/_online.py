@@ -11,9 +11,9 @@ One update:
 `sync` runs these one after another. `async` samples update k+1's rollouts while update k trains (in a
 worker thread), with the version loaded when that sampling started; a batch may start only when it will
 be at most `max_staleness` updates old when trained, so `max_staleness=0` is the sync loop. The gate and
-promotion are not here: `train_step` is the retrain job's train step (`run_job(..., train=...)`), which
+promotion are not here: `job_step` is a train step of the retrain job (`run_job(..., train_step=)`), which
 then gates the final adapter like any candidate, and `adopt` points the next rollouts at the version the
-job loaded it as.
+job loaded it as (`run_cycle` does both).
 
 Every finished rollout also goes to the collector when one is given (the data loop keeps its record);
 training reads the SDK's trajectories directly, so an anonymizer rewrite can never strip ids the
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional, Sequence
@@ -32,12 +33,13 @@ import httpx
 import openai
 
 import sdk
-from sdk import Task, Trajectory, Verifier
+from sdk import EvalSuite, Task, Trajectory, Verifier
+from sdk.infra import atomic_write_json
 
-from ._algos import Trained
 from ._job import JobConfig, JobResult, run_job
 from ._rollouts import groups_from_trajectories
 from ._sampler import Sampler
+from ._steps import JobContext, TrainData, Trained, TrainStep
 from ._timeline import Timeline, TimedTransport, timed_env
 from .errors import ConfigError, PublishError
 from .grpo import GRPOLearner, UpdateStats
@@ -126,26 +128,36 @@ class OnlineGRPO:
         self._current = (version, learner.step)  # (version name, its policy step), swapped as one value
         self.updates = 0
         self.records: list[UpdateRecord] = []
-        """The updates of the last `train_step` call."""
+        """The updates of the last `job_step` run."""
         self._on_update: Optional[Callable[[UpdateRecord], None]] = None
 
     @property
     def version(self) -> str:
         return self._current[0]
 
-    def train_step(self, updates: int, *, on_update: Optional[Callable[[UpdateRecord], None]] = None
-                   ) -> Callable[[Path], Trained]:
-        """The retrain job's train step: `updates` online updates, then the adapter saved in the job's run
-        directory (not loaded: the job loads it as its candidate, gates it and promotes it or not)."""
+    def job_step(self, updates: int, *, on_update: Optional[Callable[[UpdateRecord], None]] = None) -> TrainStep:
+        """The retrain job's train step: `updates` online updates (their rollouts are the run's data, so
+        every run is new), then the adapter saved in the run directory, not loaded: the job loads it as
+        its candidate, gates it and promotes it or not."""
 
-        def train(run_dir: Path) -> Trained:
-            self.records = asyncio.run(self.run(updates, publish_last=False, on_update=on_update))
-            adapter = self.learner.save(run_dir / "adapter", updates=self.records)
+        def export(ctx: JobContext) -> TrainData:
+            plan = ctx.run_dir / "online.json"
+            atomic_write_json(plan, {"updates": updates, "sampled_by": self.version, "config": asdict(self.config)})
+            return TrainData(plan, updates * self.config.tasks_per_update * self.config.group_size, uuid.uuid4().hex)
+
+        def train(ctx: JobContext, data: TrainData) -> Trained:
+            def each(r: UpdateRecord) -> None:
+                ctx.check_stop()
+                if on_update is not None:
+                    on_update(r)
+
+            self.records = asyncio.run(self.run(updates, publish_last=False, on_update=each))
+            adapter = self.learner.save(ctx.run_dir / "adapter", updates=self.records)
             losses = [r.loss for r in self.records if r.loss is not None]
             return Trained(adapter, losses[-1] if losses else None, sum(r.rollouts for r in self.records),
                            {"step": self.learner.step})
 
-        return train
+        return TrainStep("grpo", export, train, config=lambda cfg: cfg.grpo)
 
     def adopt(self, version: str) -> None:
         """The learner's current weights are served as `version` (the job loaded them): sample with it next."""
@@ -265,23 +277,25 @@ def run_cycle(
     job: JobConfig,
     updates: int,
     *,
-    eval_env: Any,
+    suite: EvalSuite,
     around_promote: Optional[Callable[[], ContextManager[Any]]] = None,
     on_update: Optional[Callable[[UpdateRecord], None]] = None,
+    trigger: str = "online grpo",
 ) -> CycleResult:
-    """`updates` online updates as the train step of one retrain job (`job`, algo grpo), which gates and
-    publishes the result; the next rollouts then use the version the job loaded the adapter as."""
+    """`updates` online updates as the train step of one retrain job (`job`), which gates the result on
+    `suite` and promotes it or not; the next rollouts then use the version the job loaded it as."""
     t0 = time.monotonic()
     before = online.timeline.snapshot()
-    inner = online.train_step(updates, on_update=on_update)
+    inner = online.job_step(updates, on_update=on_update)
     train_split: dict[str, float] = {}
 
-    def train(run_dir: Path) -> Trained:
-        out = inner(run_dir)
+    def train(ctx: JobContext, data: TrainData) -> Trained:
+        out = inner.train(ctx, data)
         train_split.update(online.timeline.split_since(before))
         return out
 
-    result = run_job(job, eval_env=eval_env, around_promote=around_promote, train=train)
+    step = TrainStep(inner.name, inner.export, train, inner.config)
+    result = run_job(job, suite=suite, trigger=trigger, around_promote=around_promote, train_step=step)
     if result.candidate is not None:
         online.adopt(result.candidate)
     recs = online.records

@@ -105,10 +105,9 @@ def groups_from_trajectories(trajs: Iterable[Trajectory], *, policy_step: Option
     return [Group(task, tuple(eps)) for task, eps in by_task.items()]
 
 
-def load_grpo_jsonl(path: Path, *, version_steps: Optional[Mapping[str, int]] = None, hint: str = "") -> list[Group]:
+def load_grpo_jsonl(path: Path, *, version_steps: Optional[Mapping[str, int]] = None) -> list[Group]:
     """The groups of a `collector export --format grpo` file. `version_steps` maps a served version to its
-    policy step (for `max_staleness`); versions not in it get None. `hint` is appended to a "nothing to
-    train on" error (the job adds what the export's manifest says it dropped)."""
+    policy step (for `max_staleness`); versions not in it get None."""
     path = Path(path)
     groups: list[Group] = []
     lines = rewards_seen = 0
@@ -140,6 +139,6 @@ def load_grpo_jsonl(path: Path, *, version_steps: Optional[Mapping[str, int]] = 
         else:
             why = ("no group of 2 or more rewarded completions of one prompt (GRPO compares rollouts of the same "
                    "prompt: run each task several times)")
-        raise TrainingDataError(f"{path}: {why}{hint}")
+        raise TrainingDataError(f"{path}: {why}; the export's manifest beside it says what was dropped and why")
     return groups
 

@@ -31,7 +31,7 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 from transformers import AutoTokenizer
@@ -134,8 +134,9 @@ class GRPOLearner:
         """Policy step of the current weights; rollouts they generate should carry it as `policy_step`."""
         self._rng = random.Random(config.seed)
 
-    def update(self, groups: Sequence[Group]) -> UpdateStats:
-        """One policy update on `groups`; the weights move and `step` advances only if some group carried signal."""
+    def update(self, groups: Sequence[Group], *, on_step: Optional[Callable[[], None]] = None) -> UpdateStats:
+        """One policy update on `groups`; the weights move and `step` advances only if some group carried signal.
+        `on_step` is called before each optimizer step (the job checks for a stop request there)."""
         t0 = time.monotonic()
         cfg = self.config
         rollouts = sum(len(g.episodes) for g in groups)
@@ -155,12 +156,12 @@ class GRPOLearner:
         stats.rows = len(rows)
         stats.tokens = sum(sum(r.row.loss) for r in rows)
         if rows:
-            self._train(rows, stats)
+            self._train(rows, stats, on_step)
             self.step += 1
         stats.seconds = round(time.monotonic() - t0, 3)
         return stats
 
-    def _train(self, rows: list[_Row], stats: UpdateStats) -> None:
+    def _train(self, rows: list[_Row], stats: UpdateStats, on_step: Optional[Callable[[], None]]) -> None:
         cfg = self.config
         self.model.train()
         losses, clips, kls = [], [], []
@@ -168,6 +169,8 @@ class GRPOLearner:
             order = list(range(len(rows)))
             self._rng.shuffle(order)
             for i in range(0, len(order), cfg.minibatch):
+                if on_step is not None:
+                    on_step()
                 mb = [rows[j] for j in order[i:i + cfg.minibatch]]
                 loss, clip, kl, gap = self._loss(mb)
                 self.opt.zero_grad(set_to_none=True)
@@ -239,18 +242,18 @@ def train_grpo(
     init_adapter: Optional[Path] = None,
     version_steps: Optional[Mapping[str, int]] = None,
     step: int = 0,
-    hint: str = "",
+    on_step: Optional[Callable[[], None]] = None,
 ) -> GRPOResult:
     """One GRPO update on a `collector export --format grpo` file, continuing `init_adapter` (the serving
     policy that sampled the data; None: a new adapter over the base). `version_steps` gives each served
     version's policy step and `step` the step of `init_adapter`, for `max_staleness`; without them every
     episode counts as sampled by `init_adapter` itself."""
     t0 = time.monotonic()
-    groups = load_grpo_jsonl(Path(data), version_steps=version_steps, hint=hint)
+    groups = load_grpo_jsonl(Path(data), version_steps=version_steps)
     if version_steps is None:
         groups = [Group(g.task_id, tuple(replace(e, policy_step=step) for e in g.episodes)) for g in groups]
     learner = GRPOLearner(base_model_dir, config, init_adapter=init_adapter, step=step)
-    stats = learner.update(groups)
+    stats = learner.update(groups, on_step=on_step)
     if not stats.trained:
         raise TrainingDataError(
             f"{data}: nothing to learn from: {stats.dropped_uniform} rollouts are in groups whose rewards are all "
