@@ -314,3 +314,15 @@ def test_dpo_learns_a_synthetic_preference_measured_on_held_out_prompts(tmp_path
     # And what it now writes on held-out prompts, greedily.
     after = _greedy_first_turns(tuned, tok, held)
     assert sum("# compute\nprint(" in x for x in after) >= 16, after
+
+
+def test_looplift_toml_sets_the_rl_configs_and_names_unknown_keys(tmp_path: Path) -> None:
+    from trainer import ConfigError, job_config, load_config
+
+    path = tmp_path / "looplift.toml"
+    path.write_text("[trainer]\nalgo = \"grpo\"\n[grpo]\nlr = 5e-4\nmax_staleness = 2\n[dpo]\nbeta = 0.2\n")
+    job = job_config(load_config(path))
+    assert (job.algo, job.grpo.lr, job.grpo.max_staleness, job.dpo.beta) == ("grpo", 5e-4, 2, 0.2)
+    path.write_text("[grpo]\nclip = 0.3\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \[grpo\].clip"):
+        load_config(path)
