@@ -3,9 +3,9 @@ TRL, on a ~0.5B-parameter Qwen2-style model built from a config with random weig
 
 Run where a GPU is: `python bench/rl_gpu.py [--json-out bench/results/rl_gpu.json]` (a few minutes);
 `--smoke` runs the same code on the CPU with a tiny config (what CI-less checks here use).
-Needs only torch, transformers and peft (trl for its rows; they are skipped without it). The trainer's
-training core (`trainer/grpo.py`, `_tokens.py`, `_rollouts.py`, `_lora.py`, `_data.py`) is imported without
-the `trainer` package's `__init__`, which would pull in the HTTP stack (httpx, openai, pydantic).
+Needs only torch, transformers and peft (trl for its rows; they are skipped without it): the trainer's
+training core (`trainer/grpo.py`, `_tokens.py`, `_rollouts.py`, `_lora.py`, `_data.py`) imports nothing of
+the HTTP stack (httpx, openai, pydantic) that the rest of looplift needs.
 
 GRPO, one update = generate 8 prompts x 8 completions (HF `generate`, sampling, 128 new tokens: a
 random-weight model never stops early) + the policy-gradient step, LoRA r=8, bf16:
@@ -30,7 +30,6 @@ the session that wrote it (no GPU was lent to it); its JSON says on what it ran.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import platform
 import random
@@ -47,20 +46,16 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 
 def _trainer_core() -> types.SimpleNamespace:
-    """The trainer's training modules, imported without `trainer/__init__.py` when its deps are absent."""
-    try:
-        importlib.import_module("sdk")
-    except ImportError:
-        pkg = types.ModuleType("trainer")
-        pkg.__path__ = [str(_ROOT / "trainer")]  # a namespace for the submodules; __init__ is not run
-        sys.modules["trainer"] = pkg
+    """The trainer's training modules. `import trainer` is lazy and these modules import the SDK only where
+    they write files, so torch, transformers and peft are all they need."""
     if str(_ROOT) not in sys.path:
         sys.path.insert(0, str(_ROOT))
-    grpo = importlib.import_module("trainer.grpo")
-    rollouts = importlib.import_module("trainer._rollouts")
-    data = importlib.import_module("trainer._data")
-    return types.SimpleNamespace(GRPOLearner=grpo.GRPOLearner, GRPOConfig=grpo.GRPOConfig, Episode=rollouts.Episode,
-                                 Turn=rollouts.Turn, Group=rollouts.Group, train_causal_lm=data.train_causal_lm)
+    from trainer._data import train_causal_lm
+    from trainer._rollouts import Episode, Group, Turn
+    from trainer.grpo import GRPOConfig, GRPOLearner
+
+    return types.SimpleNamespace(GRPOLearner=GRPOLearner, GRPOConfig=GRPOConfig, Episode=Episode, Turn=Turn, Group=Group,
+                                 train_causal_lm=train_causal_lm)
 
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -133,9 +128,9 @@ def _generate(model: Any, prompts: list[list[int]], group: int, new: int, pad: i
                              return_dict_in_generate=True)
     comp = out.sequences[:, ids.shape[1]:]  # (N, new)
     lps = None
-    if with_logprobs:
-        logits = torch.stack(out.logits, 1).float()  # (N, new, V)
-        lps = logits.gather(-1, comp.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (N, new)
+    if with_logprobs:  # one (N, V) step at a time: stacking would hold N x new x V floats (GBs at 150k vocab)
+        lps = torch.stack([step.float().gather(-1, comp[:, t:t + 1]).squeeze(-1) - torch.logsumexp(step.float(), -1)
+                           for t, step in enumerate(out.logits)], 1)  # (N, new)
     return ids, comp, lps
 
 
@@ -215,7 +210,7 @@ def grpo_trl(model_dir: Path, tasks: Tasks, sizes: dict[str, int], device: str) 
         from peft import LoraConfig
         from transformers import AutoTokenizer, TrainerCallback
         from trl import GRPOConfig, GRPOTrainer
-    except ImportError as e:
+    except (ImportError, RuntimeError) as e:  # trl's lazy modules raise RuntimeError for a missing dependency
         return {"skipped": f"trl not importable: {e}"}
     tok = AutoTokenizer.from_pretrained(model_dir)
     ds = Dataset.from_list([{"prompt": t, "task": i} for i, t in enumerate(tasks.texts)])
@@ -336,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                           ("trl_sft", lambda: sft_hf(model_dir, ex, sft, device, dtype, True))):
             try:
                 out["sft_tokens_per_s"][name] = round(tokens / fn2())
-            except ImportError as e:
+            except (ImportError, RuntimeError) as e:
                 out["sft_tokens_per_s"][name] = f"skipped: {e}"
             print("sft", name, out["sft_tokens_per_s"][name], flush=True)
     g = out["grpo"]
