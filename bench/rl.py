@@ -48,9 +48,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+# Run as a script: the repository root holds the packages, and bench/ itself must not be on the path
+# (bench/collector.py would shadow the `collector` package).
 _ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT / "bench"]
+sys.path.insert(0, str(_ROOT))
 
 import sdk  # noqa: E402
 from collector import CollectorSettings, serve_in_thread  # noqa: E402

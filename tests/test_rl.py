@@ -254,7 +254,7 @@ def test_timeline_attributes_overlapping_parts_once() -> None:
     t.join()
     snap = tl.snapshot()
     split, busy = snap["split_s"], snap["busy_s"]
-    assert sum(split.values()) == pytest.approx(snap["wall_s"], abs=1e-3)
+    assert sum(split.values()) == pytest.approx(snap["wall_s"], abs=5e-3)  # each part rounded to 1 ms
     assert busy["training"] > split["training"] and split["generation"] == pytest.approx(busy["generation"], abs=1e-3)
     assert 0.0 < tl.idle_fraction("generation") < 1.0
 
