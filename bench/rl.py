@@ -360,7 +360,7 @@ def run_trl(model_dir: Path, out_dir: Path, sizes: Sizes, lr: float, seed: int =
     batch = sizes.tasks_per_update * sizes.group // 2  # the anchor: 32 rollouts per update in groups of 8
     args = TRLConfig(output_dir=str(out_dir / "trl"), per_device_train_batch_size=batch, num_generations=sizes.group,
                      max_completion_length=32, learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, beta=0.0,
-                     max_steps=sizes.trl_updates, logging_steps=1, report_to=[], use_cpu=True, temperature=1.0, top_k=0,
+                     max_steps=sizes.trl_updates, logging_steps=5, report_to=[], use_cpu=True, temperature=1.0, top_k=0,
                      save_strategy="no", seed=seed, bf16=False, disable_tqdm=True)
     marks: list[dict[str, Any]] = []
 

@@ -326,3 +326,34 @@ def test_looplift_toml_sets_the_rl_configs_and_names_unknown_keys(tmp_path: Path
     path.write_text("[grpo]\nclip = 0.3\n")
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \[grpo\].clip"):
         load_config(path)
+
+
+def test_the_serving_version_is_not_evaluated_again_on_the_same_suite_and_seed(tmp_path: Path, db_url: str) -> None:
+    from _jobsteps import FakeGateway, add_trajectories, plus_one_suite, quick_step
+
+    from trainer import JobConfig, run_job
+
+    asked: list[str] = []
+
+    class Counting(FakeGateway):
+        def _chat(self, request: Any) -> Any:
+            asked.append(json.loads(request.content)["model"])
+            return super()._chat(request)
+
+    gw = Counting({"policy-v0": set(range(10))})
+    job = JobConfig(base_model_dir=tmp_path / "base", collector_db=db_url, app="shop", runs_dir=tmp_path / "runs")
+    add_trajectories(db_url, 12)
+    gw.next_skill = set(range(30))
+    first = run_job(job, suite=plus_one_suite(40), train_step=quick_step, admin=gw.admin(), chat_client=gw.chat())
+    assert first.status == "promoted" and asked.count("policy-v0") == 40 and asked.count("policy-v1") == 40
+    add_trajectories(db_url, 4, start=12)  # new data: a second run
+    gw.next_skill = set(range(40))
+    asked.clear()
+    second = run_job(job, suite=plus_one_suite(40), train_step=quick_step, admin=gw.admin(), chat_client=gw.chat())
+    # policy-v1 was measured on these 40 tasks and seeds when it was the candidate: only policy-v2 is asked.
+    assert second.status == "promoted" and asked == ["policy-v2"] * 40
+    assert (second.serving_success, second.candidate_success) == (0.75, 1.0)
+    add_trajectories(db_url, 4, start=16)
+    asked.clear()
+    third = run_job(job, suite=plus_one_suite(20), train_step=quick_step, admin=gw.admin(), chat_client=gw.chat())
+    assert third.serving == "policy-v2" and asked.count("policy-v2") == 20  # another suite: measured again

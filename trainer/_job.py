@@ -36,7 +36,8 @@ from typing import Any, Callable, ContextManager, Optional
 from sdk.infra import atomic_write_json
 
 from . import _defaults as D
-from ._eval import EvalResult, evaluate
+from . import _eval_cache as eval_cache
+from ._eval import EvalResult, evaluate, suite_seed
 from ._gate import GateConfig, gate
 from ._interrupt import StopToken
 from ._json import jsonable
@@ -252,15 +253,17 @@ class _Run:
         trained = self.step.train(ctx, data)
         self._enter("loading the candidate into the gateway", train_loss=trained.train_loss)
         try:
-            candidate = admin.load(str(trained.adapter_dir)).name
-            serving = admin.versions().serving
+            loaded = admin.load(str(trained.adapter_dir))
+            view = admin.versions()
         except Exception as e:
             raise PublishError(f"the gateway refused the adapter from run {ctx.run_id} "
                                f"({trained.adapter_dir}): {e}") from e
+        candidate, serving = loaded.name, view.serving
+        weights = {v.name: v.adapter_path or f"base:{cfg.base_model_dir}" for v in view.versions}
 
         self._enter(f"gate: {candidate} vs {serving} on {len(self.suite.tasks)} tasks of suite {self.suite.name!r}",
                     candidate=candidate, serving=serving)
-        cand, serv = asyncio.run(self._evaluate_both(candidate, serving))
+        cand, serv = asyncio.run(self._evaluate_both(candidate, serving, weights))
         decision = gate(cand.outcomes, serv.outcomes, slices=cand.slices, config=cfg.gate)
         self.partial = dataclasses.replace(self.partial, candidate_success=cand.success,
                                            serving_success=serv.success,
@@ -274,19 +277,27 @@ class _Run:
             admin.promote(candidate)
         return dataclasses.replace(self.partial, status="promoted", reason=decision.reason)
 
-    async def _evaluate_both(self, candidate: str, serving: str) -> tuple[EvalResult, EvalResult]:
+    async def _evaluate_both(self, candidate: str, serving: str, weights: dict[str, str]) -> tuple[EvalResult, EvalResult]:
         cfg = self.ctx.config
         base_url = cfg.gateway_url.rstrip("/") + "/v1"
+        runs = default_runs_dir(cfg.runs_dir)
+        seed = suite_seed(self.suite, cfg.eval_seed)
 
         def tick(_t: Any) -> None:
             self.token.check()
 
-        kw = dict(base_url=base_url, seed=cfg.eval_seed, concurrency=cfg.eval_concurrency, on_episode=tick,
-                  client=self.chat_client)
-        # One version after the other: each gets the whole machine, and a stop lands between them too.
-        c = await evaluate(candidate, self.suite, **kw)  # type: ignore[arg-type]
-        s = await evaluate(serving, self.suite, **kw)  # type: ignore[arg-type]
-        return c, s
+        async def measure(version: str) -> EvalResult:
+            key = eval_cache.cache_key(version, weights.get(version, ""), self.suite, seed)
+            cached = eval_cache.load(runs, key)
+            if cached is not None:  # gated before on this suite and seed (usually: last run's candidate)
+                return cached
+            # One version after the other: each gets the whole machine, and a stop lands between them too.
+            res = await evaluate(version, self.suite, base_url=base_url, seed=seed,  # type: ignore[arg-type]
+                                 concurrency=cfg.eval_concurrency, on_episode=tick, client=self.chat_client)
+            eval_cache.save(runs, key, res)
+            return res
+
+        return await measure(candidate), await measure(serving)
 
 
 def _admin(config: JobConfig) -> Any:
