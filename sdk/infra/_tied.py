@@ -164,10 +164,13 @@ def spawn_tied(
     """Start `argv` so that it (and every process it forks) ends when this process ends, however it ends.
 
     The command runs in a new session and process group under a guardian process; `grace_s` is how long
-    it gets between SIGTERM and SIGKILL. `env`, `cwd` and the three streams are as for `Popen`. Raises
+    it gets between SIGTERM and SIGKILL. `env`, `cwd` and the three streams are as for `Popen`, except
+    `PIPE` (the guardian sits between us and the command: pass a file, an fd or `DEVNULL`). Raises
     `OSError` when the command cannot be started (e.g. `FileNotFoundError`), like `Popen`. Safe to call
     from any thread: the command outlives the thread that started it, not the process.
     """
+    if subprocess.PIPE in (stdin, stdout, stderr):
+        raise ValueError("spawn_tied does not support subprocess.PIPE; pass a file, an fd or subprocess.DEVNULL")
     argv = [os.fspath(a) for a in argv]
     ours, theirs = socket.socketpair()
     guardian = None
