@@ -151,13 +151,13 @@ def up(
     """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C / SIGTERM."""
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
-    plan = _plan_retrain(config, retrain, eval_spec)  # a bad cron or suite fails before anything starts
     for flag, port in (("--gateway-port", gateway_port), ("--collector-port", collector_port)):
         if not _port_free(host, port):  # fail before building a model and the ~40 s vLLM start, not after it
             raise _fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
     if model is not None and not (model / "config.json").is_file():
         raise _fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
     try:
+        plan = _plan_retrain(config, retrain, eval_spec)  # a bad cron or suite fails before anything starts
         _up(model, host, gateway_port, collector_port, sandbox, plan)
     except Shutdown as s:
         console.print(f"stopped ({s}); everything `looplift up` started has exited", highlight=False)
