@@ -6,6 +6,7 @@ Imports only httpx, openai and pydantic: no torch, vllm, docker or sqlmodel.
 from ._collector_client import ClientStats, CollectorClient
 from ._env import Environment, StepResult, Verifier
 from ._home import looplift_home
+from ._judge import LLMJudge
 from ._loop import Sampling, arun, run
 from ._types import (
     TRAJECTORY_SCHEMA_VERSION,
@@ -19,8 +20,10 @@ from ._types import (
     TrajectoryBatch,
     TurnTokens,
 )
+from ._verifiers import AllOf, Gated, Weighted
 
 __all__ = [
+    "AllOf",
     "ClientStats",
     "CollectorClient",
     "Sampling",
@@ -30,7 +33,9 @@ __all__ = [
     "TRAJECTORY_SCHEMA_VERSION",
     "Environment",
     "Feedback",
+    "Gated",
     "IngestResult",
+    "LLMJudge",
     "Message",
     "Outcome",
     "Step",
@@ -40,4 +45,5 @@ __all__ = [
     "TrajectoryBatch",
     "TurnTokens",
     "Verifier",
+    "Weighted",
 ]

@@ -11,7 +11,7 @@ import types
 import pytest
 
 EXPECTED = {
-    "sdk": {"ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
+    "sdk": {"AllOf", "ClientStats", "Gated", "LLMJudge", "Weighted", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
             "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "looplift_home", "run"},
     "sdk.infra": {"ServerThread", "ServerThreadError", "atomic_dir", "atomic_open", "atomic_write", "atomic_write_json",
