@@ -8,6 +8,7 @@ from ._env import Environment, StepResult, Verifier
 from ._home import looplift_home
 from ._judge import LLMJudge
 from ._loop import Sampling, arun, run
+from ._suite import Budget, EnvFamily, EvalSuite, Policy, task_slice
 from ._types import (
     TRAJECTORY_SCHEMA_VERSION,
     Feedback,
@@ -16,6 +17,8 @@ from ._types import (
     Outcome,
     Step,
     Task,
+    ToolCall,
+    ToolCallFunction,
     Trajectory,
     TrajectoryBatch,
     TurnTokens,
@@ -24,7 +27,14 @@ from ._verifiers import AllOf, Gated, Weighted
 
 __all__ = [
     "AllOf",
+    "Budget",
     "ClientStats",
+    "EnvFamily",
+    "EvalSuite",
+    "Policy",
+    "ToolCall",
+    "ToolCallFunction",
+    "task_slice",
     "CollectorClient",
     "Sampling",
     "arun",

@@ -11,7 +11,9 @@ import types
 import pytest
 
 EXPECTED = {
-    "sdk": {"AllOf", "ClientStats", "Gated", "LLMJudge", "Weighted", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
+    "sdk": {"Budget", "EnvFamily", "EvalSuite", "Policy", "ToolCall", "ToolCallFunction", "task_slice",
+            "AllOf", "Gated", "LLMJudge", "Weighted",
+            "ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
             "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "looplift_home", "run"},
     "sdk.infra": {"ServerThread", "ServerThreadError", "atomic_dir", "atomic_open", "atomic_write", "atomic_write_json",
