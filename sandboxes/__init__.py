@@ -24,6 +24,8 @@ from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
 from ._local import LocalSandbox
 from ._pool import SandboxPool
+from ._registry import build_coding_tasks, env_families
+from ._snapshot import EnvSnapshot
 from .errors import (
     EngineUnavailableError,
     ImageBuildError,
@@ -45,6 +47,7 @@ __all__ = [
     "BackendChoice",
     "CodeEnv",
     "DockerSandbox",
+    "EnvSnapshot",
     "EngineUnavailableError",
     "ExecResult",
     "ImageBuildError",
@@ -60,9 +63,11 @@ __all__ = [
     "SandboxPool",
     "SandboxStartError",
     "ShellEnv",
+    "build_coding_tasks",
     "build_image",
     "choose_backend",
     "detect_backend",
+    "env_families",
     "make_pool",
     "make_sandbox",
     "reap_orphans",

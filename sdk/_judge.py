@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, Field, ValidationError
 
 from ._types import Message, Outcome, Task, Trajectory
@@ -117,7 +118,7 @@ class LLMJudge:
             api_key=api_key or os.environ.get("LOOPLIFT_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY")
             or "no-key", timeout=timeout, max_retries=2)
 
-    def prompt(self, task: Task, trajectories: Sequence[Trajectory]) -> list[dict[str, str]]:
+    def prompt(self, task: Task, trajectories: Sequence[Trajectory]) -> list[ChatCompletionMessageParam]:
         """The chat messages sent to the judge for this group (labels "1".."N" in the given order)."""
         blocks = [f"<task>\n{task.prompt}\n</task>", f"<rubric>\n{self.rubric}\n</rubric>"]
         for i, t in enumerate(trajectories, 1):
@@ -138,7 +139,7 @@ class LLMJudge:
                                 "group": [t.id for t in trajectories]}
         try:
             resp = self._client.chat.completions.create(
-                model=self.model, messages=messages,  # type: ignore[arg-type]
+                model=self.model, messages=messages,
                 temperature=self.temperature, max_tokens=self.max_tokens,
                 response_format={"type": "json_object"},
             )

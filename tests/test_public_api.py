@@ -35,6 +35,7 @@ EXPECTED = {
                   "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
                   "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
+                  "EnvSnapshot", "build_coding_tasks", "env_families",
                   "build_image", "choose_backend", "demonstration", "detect_backend", "held_out_tasks", "make_pool",
                   "make_sandbox", "reap_orphans", "training_tasks"},
     "looplift": {"main"},

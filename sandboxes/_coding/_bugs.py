@@ -8,6 +8,7 @@ the diff a model has to find is one line or a few. Only code at or after `start_
 
     injector            what it does (one site)
     off_by_one          an int constant in a range()/slice/index/comparison/arithmetic -> n+1 or n-1;
+                        a computed range() bound `range(len(xs))` -> `range(len(xs) - 1)` (or + 1);
                         or a boundary comparison `<` <-> `<=`, `>` <-> `>=`
     wrong_operator      `+` <-> `-`, `*` -> `+`, `/` <-> `//`, `%` -> `//`, `**` -> `*` (also in `+=`),
                         `==` <-> `!=`, `in` <-> `not in`, `is` <-> `is not`, `<` <-> `>`, `<=` <-> `>=`,
@@ -164,7 +165,20 @@ class _Walker:
 
 def _off_by_one(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
     out: list[_Site] = []
-    for node in w.of((ast.Constant, ast.Compare)):
+    for node in w.of((ast.Constant, ast.Compare, ast.Call)):
+        if isinstance(node, ast.Call):
+            # range(stop) / range(start, stop[, step]) with a computed stop: stop -> stop - 1 or stop + 1
+            if not (isinstance(node.func, ast.Name) and node.func.id == "range" and node.args and not node.keywords):
+                continue
+            stop = node.args[0] if len(node.args) == 1 else node.args[1]
+            if isinstance(stop, (ast.Constant, ast.Starred)) or isinstance(stop, ast.UnaryOp):
+                continue  # constants are the int-constant sites below
+            delta = rng.choice(("- 1", "+ 1"))
+            seg = t.seg(stop)
+            a, b = t.span(stop)
+            new = f"{seg} {delta}" if isinstance(stop, _ATOMS) else f"({seg}) {delta}"
+            out.append(_Site(a, b, new, f"changed the bound `{seg}` of range() to `{new}`"))
+            continue
         if isinstance(node, ast.Compare):
             left = node.left
             for op, right in zip(node.ops, node.comparators):

@@ -114,7 +114,7 @@ def _build_problem(p: Problem, seed: int, per_pair: int, sb: Sandbox) -> tuple[l
 def build_manifest(
     *,
     seed: int = 0,
-    per_pair: int = 1,
+    per_pair: int = 2,
     backend: str = "local",
     workers: int = 2,
     progress: Optional[Callable[[int, int], None]] = None,

@@ -134,12 +134,14 @@ class CodingEnv:
     """`sdk.Environment` with tools for one repair task; see the module docstring for the actions.
 
     `source` is where sandboxes come from (a `SandboxPool` for many episodes; see `sandboxes._envs`).
+    `use_tools=False` offers no tools (`tools` is empty), for models that have not learned tool calls:
+    they act through the plain-text actions only.
     """
 
-    tools = TOOLS
-
     def __init__(self, source: SandboxSource, *, timeout_s: float = 20.0, output_chars: int = 4000,
-                 read_chars: int = 8000) -> None:
+                 read_chars: int = 8000, use_tools: bool = True) -> None:
+        #: The OpenAI function tools the loop sends with each request (empty with use_tools=False).
+        self.tools: list[dict[str, Any]] = list(TOOLS) if use_tools else []
         self._lease = _Lease(source, "CodingEnv")
         self._timeout = timeout_s
         self._output_chars = output_chars

@@ -182,7 +182,7 @@ def main():
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     child = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-u", "-c", spec["candidate_src"], spec["path"], spec["entry_point"],
+        [sys.executable, "-I", "-S", "-u", "-B", "-c", spec["candidate_src"], spec["path"], spec["entry_point"],
          str(req_r), str(rep_w)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
         cwd=os.path.dirname(spec["path"]) or ".")
