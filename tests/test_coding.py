@@ -101,6 +101,21 @@ def test_every_site_of_the_first_problems_has_an_exact_fix() -> None:
 # -- the task set ---------------------------------------------------------------------------------
 
 
+def test_build_step_keeps_only_bugs_the_tests_catch() -> None:
+    from sandboxes._coding._build import build_manifest
+
+    m = build_manifest(limit=3, workers=1, per_pair=1)
+    assert m["counts"]["problems"] == 3 and m["counts"].get("problems_failing_canonical", 0) == 0
+    for t in m["tasks"]:
+        p = PROBLEMS[t["problem"]]
+        bug = inject(p.source, t["injector"], t["site"], p.solution_start_line)
+        with make_sandbox("local", CFG) as box:
+            assert not run_hidden(box, bug.source, prompt=p.prompt, test=p.test, entry_point=p.entry_point).passed
+        assert t["visible_fails"] and t["visible"]
+    assert len({t["injector"] for t in m["tasks"]}) >= 3 and m["tasks"] == build_manifest(limit=3, workers=1,
+                                                                                          per_pair=1)["tasks"]
+
+
 def test_manifest_has_500_verified_tasks_over_every_problem() -> None:
     m = load_manifest()
     c = m["counts"]
@@ -307,8 +322,10 @@ def test_oracle_solves_held_out_tasks(fam: Any) -> None:
 def test_noop_solves_nothing(fam: Any) -> None:
     trajs = _run(fam, "noop", 12)
     assert not any(t.outcome and t.outcome.success for t in trajs)
-    assert all(t.outcome and "hidden test" in t.outcome.details["parts"]["hidden_tests"]["details"]["reason"]
-               for t in trajs)
+    for t in trajs:  # judged by the hidden tests (the integrity gate passed): the bug is still there
+        assert t.outcome is not None and t.outcome.details["parts"]["integrity"]["success"]
+        hidden = t.outcome.details["parts"]["hidden_tests"]
+        assert not hidden["success"] and hidden["details"]["reason"] != "all hidden tests passed"
 
 
 # Which rule stops each cheat: "integrity" (the gate: named reasons) or the hidden tests.

@@ -7,18 +7,20 @@ the diff a model has to find is one line or a few. Only code at or after `start_
 (for HumanEval that is the canonical solution, never the prompt's docstring or helpers).
 
     injector            what it does (one site)
-    off_by_one          an int constant in a range()/slice/index/comparison/arithmetic -> n+1 or n-1;
-                        a computed range() bound `range(len(xs))` -> `range(len(xs) - 1)` (or + 1);
+    off_by_one          an int constant in a range()/slice/index/comparison/arithmetic/literal -> n+1 or n-1;
+                        a computed range() bound `range(n)` -> `range(n - 1)` (or + 1); `len(x)` -> `len(x) - 1`
+                        (or + 1);
                         or a boundary comparison `<` <-> `<=`, `>` <-> `>=`
     wrong_operator      `+` <-> `-`, `*` -> `+`, `/` <-> `//`, `%` -> `//`, `**` -> `*` (also in `+=`),
                         `==` <-> `!=`, `in` <-> `not in`, `is` <-> `is not`, `<` <-> `>`, `<=` <-> `>=`,
-                        `and` <-> `or`
+                        `and` <-> `or`, a `str.join` separator `''` <-> `' '`
     swapped_branch      the bodies of an `if ...: A else: B` swapped, or `a if c else b` -> `b if c else a`
-    negated_condition   the test of an `if`/`while`/conditional expression wrapped in `not (...)`
+    negated_condition   the test of an `if`/`while`/conditional expression/comprehension `if` wrapped in `not (...)`
     missing_edge_case   a guard clause (`if c: return/raise/continue/break`) deleted, or the last operand
                         of an `and`/`or` condition dropped
     wrong_return        `return True` <-> `return False`, or `return x` -> `return y` (another local)
-    dropped_call        `abs(x)`, `sorted(x)`, `int(x)`, ... -> `x`; `s.lower()`, `s.strip()`, ... -> `s`
+    dropped_call        `abs(x)`, `sorted(x)`, `int(x)`, ... -> `x`; `s.lower()`, `s.strip()`, ... -> `s`;
+                        `sorted(x, key=k)` -> `sorted(x)` (also `reverse=`, `min`, `max`, `.sort`); `f(f(x))` -> `f(x)`
 
 A `Mutation` carries the buggy module and its fix as an exact-string replacement (`fix_old` ->
 `fix_new`, with enough context lines to be unique in the buggy file), which is what the coding
@@ -134,7 +136,8 @@ _CMP_WRONG = {"==": "!=", "!=": "==", "in": "not in", "not in": "in", "is": "is 
               "<": ">", ">": "<", "<=": ">=", ">=": "<="}
 _CMP_BOUNDARY = {"<": "<=", "<=": "<", ">": ">=", ">=": ">"}
 _DROPPABLE_CALLS = ("abs", "sorted", "reversed", "int", "str", "round", "float", "set", "tuple")
-_DROPPABLE_METHODS = ("lower", "upper", "strip", "lstrip", "rstrip", "copy", "title", "capitalize")
+_DROPPABLE_METHODS = ("lower", "upper", "strip", "lstrip", "rstrip", "copy", "title", "capitalize", "swapcase")
+_KEYED = ("sorted", "sort", "min", "max")
 _ATOMS = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Call, ast.List, ast.Tuple, ast.Dict, ast.Set,
           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.JoinedStr)
 
@@ -166,6 +169,15 @@ class _Walker:
 def _off_by_one(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
     out: list[_Site] = []
     for node in w.of((ast.Constant, ast.Compare, ast.Call)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+            # len(xs) -> len(xs) - 1 or + 1, the textbook off-by-one
+            delta = rng.choice(("- 1", "+ 1"))
+            a, b = t.span(node)
+            seg = t.source[a:b]
+            p = w.parent.get(node)
+            new = f"({seg} {delta})" if isinstance(p, (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)) else f"{seg} {delta}"
+            out.append(_Site(a, b, new, f"changed `{seg}` to `{seg} {delta}`"))
+            continue
         if isinstance(node, ast.Call):
             # range(stop) / range(start, stop[, step]) with a computed stop: stop -> stop - 1 or stop + 1
             if not (isinstance(node.func, ast.Name) and node.func.id == "range" and node.args and not node.keywords):
@@ -196,7 +208,8 @@ def _off_by_one(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
         if isinstance(p, ast.UnaryOp):
             p = w.parent.get(p)
         in_range = isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "range"
-        if not (in_range or isinstance(p, (ast.Slice, ast.Subscript, ast.Compare, ast.BinOp, ast.AugAssign))):
+        literal = isinstance(p, (ast.Dict, ast.List, ast.Tuple, ast.Set))
+        if not (in_range or literal or isinstance(p, (ast.Slice, ast.Subscript, ast.Compare, ast.BinOp, ast.AugAssign))):
             continue
         new = node.value + rng.choice((1, -1))
         a, b = t.span(node)
@@ -206,7 +219,16 @@ def _off_by_one(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
 
 def _wrong_operator(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
     out: list[_Site] = []
-    for node in w.of((ast.BinOp, ast.Compare, ast.BoolOp, ast.AugAssign)):
+    for node in w.of((ast.BinOp, ast.Compare, ast.BoolOp, ast.AugAssign, ast.Call)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            sep = f.value if isinstance(f, ast.Attribute) and f.attr == "join" else None
+            if isinstance(sep, ast.Constant) and isinstance(sep.value, str) and len(node.args) == 1:
+                a, b = t.span(sep)
+                q = t.source[a]
+                new_sep = f"{q} {q}" if sep.value == "" else f"{q}{q}"
+                out.append(_Site(a, b, new_sep, f"changed the join separator {t.source[a:b]} to {new_sep}"))
+            continue
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOP_TOKEN:
             tok = _BINOP_TOKEN[type(node.op)]
             site = _token_in_gap(t, node.left, node.right, tok, _BINOP_SWAP[tok], "")
@@ -271,8 +293,13 @@ def _indent(block: str) -> str:
 
 def _negated_condition(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
     out: list[_Site] = []
-    for node in w.of((ast.If, ast.While, ast.IfExp)):
-        test = node.test  # type: ignore[attr-defined]
+    tests: list[tuple[ast.AST, ast.expr]] = []
+    for node in w.of((ast.If, ast.While, ast.IfExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            tests += [(node, cond) for gen in node.generators for cond in gen.ifs]
+        else:
+            tests.append((node, node.test))  # type: ignore[attr-defined]
+    for node, test in tests:
         a, b = t.span(test)
         seg = t.source[a:b]
         if "\n" in seg:
@@ -347,10 +374,22 @@ def _wrong_return(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
 
 def _dropped_call(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
     out: list[_Site] = []
+    module_fns = {n.name for n, p in w.parent.items() if isinstance(n, ast.FunctionDef) and isinstance(p, ast.Module)}
     for node in w.of(ast.Call):
         assert isinstance(node, ast.Call)
         a, b = t.span(node)
         f = node.func
+        fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        key = [k for k in node.keywords if k.arg in ("key", "reverse")]
+        if fname in _KEYED and key and not any(isinstance(x, ast.Starred) for x in node.args):
+            kept = [t.seg(x) for x in node.args] + [t.seg(k) for k in node.keywords if k is not key[0]]
+            new = f"{t.seg(f)}({', '.join(kept)})"
+            out.append(_Site(a, b, new, f"dropped `{t.seg(key[0])}` from the call to `{fname}()` on line {node.lineno}"))
+            continue
+        if (isinstance(f, ast.Name) and f.id in module_fns and len(node.args) == 1 and not node.keywords
+                and isinstance(node.args[0], ast.Call)):
+            out.append(_Site(a, b, t.seg(node.args[0]), f"dropped the outer call to `{f.id}()` on line {node.lineno}"))
+            continue
         if isinstance(f, ast.Name) and f.id in _DROPPABLE_CALLS and len(node.args) == 1 and not node.keywords:
             arg = node.args[0]
             if isinstance(arg, ast.Starred):

@@ -225,6 +225,7 @@ def main():
             raise CandidateFailed("the solution process broke the protocol")
         ns = {"__name__": "hidden_tests"}
         exec(compile(spec["prompt"], "<prompt>", "exec"), ns)
+        ns[spec["entry_point"]] = candidate  # some tests call the function by its name, not `candidate`
         exec(compile(spec["test"], "<hidden-test>", "exec"), ns)
         ns["check"](candidate)
         verdict["passed"] = True
