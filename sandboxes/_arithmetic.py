@@ -207,8 +207,8 @@ for _name, _policy in ARITHMETIC_POLICIES.items():
 
 
 def _tasks(split: str, n: Optional[int], seed: int) -> list[Task]:
-    if split == "held_out":
-        return held_out_tasks(100 if n is None else n)
+    if split == "held_out":  # the fixed 100 (training excludes exactly these)
+        return held_out_tasks(100 if n is None else min(n, 100))
     if split == "train":
         return training_tasks(1000 if n is None else n, seed)
     raise ValueError(f"unknown split {split!r}; use one of: train, held_out")
