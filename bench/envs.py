@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The repository root goes first on sys.path: bench/ (the script's own directory, put first by Python)
+# holds bench/sandboxes.py, which would shadow the `sandboxes` package.
 _ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+sys.path[:] = [str(_ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402

@@ -7,18 +7,21 @@ runs hidden tests on `solution.py` alone, in a clean sandbox. Every episode can 
     python examples/coding_agent.py --policy oracle --episodes 5        # no model: the reference oracle
     python examples/coding_agent.py --policy cheat-conftest             # a cheat: must score 0
 
-Against the embedded stack (`looplift up` in another terminal). Its tiny model has not learned tool
-calls, so give it the plain-text actions (fenced bash blocks, `# file:` blocks):
+Against a served model (`looplift up` in another terminal, the gateway's alias `policy`). A model
+served without tool calling gets the plain-text actions instead (fenced bash blocks, `# file:` blocks):
 
     python examples/coding_agent.py --episodes 5 --text-actions
 
-A real model on a GPU: serve a coding model with tool calling switched on (the CUDA build of vLLM;
-`looplift up` does not pass tool-call flags to vLLM yet), then point the example at it:
+The embedded tiny model cannot do this task: its context is 512 tokens and a coding task's first
+message is 836-2,555 tokens with its tokenizer (median 1,297, held-out split, measured), so vLLM will
+refuse the request and the loop records `end_reason="generation_error"`. This needs a real model.
 
-    python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-Coder-7B-Instruct \\
-        --enable-auto-tool-choice --tool-call-parser hermes --port 8001
-    python examples/coding_agent.py --base-url http://127.0.0.1:8001/v1 \\
-        --model Qwen/Qwen2.5-Coder-7B-Instruct --episodes 50
+On a GPU: serve a coding model with tool calling switched on (the CUDA build of vLLM; `looplift up`
+does not pass tool-call flags to vLLM yet), then point the example at it:
+
+    python -m vllm.entrypoints.openai.api_server --model /models/Qwen2.5-Coder-7B-Instruct \\
+        --served-model-name coder --enable-auto-tool-choice --tool-call-parser hermes --port 8001
+    python examples/coding_agent.py --base-url http://127.0.0.1:8001/v1 --model coder --episodes 50
 
 Any OpenAI-compatible endpoint works the same way (`--base-url`, `--model`, key in $LOOPLIFT_API_KEY).
 """
