@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -360,6 +361,8 @@ messages.append(msg)
 res = env.step_tool(msg.tool_calls[0])
 messages.append(Message(role="tool", tool_call_id=msg.tool_calls[0].id, content=res.observation))
 env.snapshot().save(os.path.join(ckpt, "env.snap"))
+with open(os.path.join(ckpt, "workdir"), "w") as f:
+    f.write(sb.workdir_path)   # so the test can remove what the crash leaves behind (local backend)
 with open(os.path.join(ckpt, "episode.json"), "w") as f:
     json.dump({"messages": [m.model_dump() for m in messages], "infos": [res.info]}, f)
 os.kill(os.getpid(), signal.SIGKILL)   # crash: no cleanup of any kind runs
@@ -395,6 +398,8 @@ def test_episode_killed_mid_way_resumes_to_the_same_final_state(backend: str, tm
     assert child.returncode == -signal.SIGKILL, child.stderr
     if backend == "docker":
         assert reap_orphans()  # the killed process's container is found and removed
+    else:
+        shutil.rmtree((tmp_path / "workdir").read_text(), ignore_errors=True)  # a killed local sandbox leaves its dir
     saved = json.loads((tmp_path / "episode.json").read_text())
     snap = EnvSnapshot.load(tmp_path / "env.snap")
     assert snap.task.id == task.id and snap.state["solution_sha"]
