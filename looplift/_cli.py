@@ -1,10 +1,10 @@
 """The `looplift` command: `up` (the whole stack in the foreground), `demo` (the closed loop), and the
-component groups `server`, `collector`, `trainer`, `sandbox`.
+component groups `server`, `collector`, `trainer`, `sandbox`, `env`.
 
 A group whose extra is not installed is still listed; using it says which extra to install. The groups
-are imported only when used (`looplift up` does not pay for torch, and `looplift --help` takes a second).
-`main()` turns SIGTERM/SIGINT/SIGHUP into `Shutdown` (`sdk.infra.shutdown_on_signals`) before the groups
-are imported; `up` and `demo` stop everything they started on the way out (`_stack`), and print one line,
+are imported only when used or listed (`looplift up` does not import the trainer's CLI or torch).
+`main()` turns SIGTERM/SIGINT/SIGHUP into `Shutdown` (`sdk.infra.shutdown_on_signals`) before any command
+runs; `up` and `demo` stop everything they started on the way out (`_stack`), and print one line,
 never a traceback, when something fails or a signal stops them. The processes they start are tied to this
 one (`sdk.infra.spawn_tied`), so even a SIGKILL leaves nothing behind.
 """
@@ -17,53 +17,63 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from sdk.infra import Shutdown, shutdown_on_signals
 
 console = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays one line in a log
-app = typer.Typer(
-    help="looplift: agents that get better from their own work. Start with `looplift up` or `looplift demo`.",
-    no_args_is_help=True, pretty_exceptions_enable=False,
-)
 
-
-#: name -> (module, Typer attribute, extra, help). Mounted by `main()`: only the group being run is imported.
+#: name -> (module, Typer attribute, extra, help). Imported when the group is used (`_LazyGroups`).
 GROUPS = {
     "server": ("server._cli", "app", "server", "Gateway over vLLM: start, versions, load, promote, rollback."),
     "collector": ("collector._cli", "app", "collector", "Collector: serve, export, score, stats, purge, anonymize."),
     "trainer": ("trainer._cli", "app", "trainer", "Trainer: build the base model, SFT, the retrain job."),
     "sandbox": ("sandboxes._cli", "app", "sandboxes", "Sandboxes: build the image, exec a command."),
+    "env": ("looplift._env_cli", "app", "sandboxes", "Task families: list them, try one with a reference policy."),
 }
 
 
-def _mount_groups(invoked: Optional[str]) -> None:
-    """Mount the group named on the command line for real; the others as stubs that only carry their help
-    (they are never run: click runs one command per process)."""
-    for name, (module, attr, extra, help_text) in GROUPS.items():
-        if name == invoked:
-            _mount(module, attr, name, extra, help_text)
-        else:
-            app.add_typer(typer.Typer(help=help_text), name=name, help=help_text)
+class _LazyGroups(TyperGroup):
+    """The root command: `up` and `demo` are its own; the component groups are imported when named (or
+    listed by --help), so `looplift up` starts without importing the trainer's torch or the others' CLIs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *(g for g in GROUPS if g not in self.commands)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        if cmd_name in GROUPS and cmd_name not in self.commands:
+            self.add_command(_load_group(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
 
-def _mount(module: str, attr: str, name: str, extra: str, help_text: str) -> None:
+def _load_group(name: str) -> click.Command:
+    """The click group of component `name`, or one that says which extra to install."""
+    module, attr, extra, help_text = GROUPS[name]
     try:
-        mod = __import__(module, fromlist=[attr])
-        app.add_typer(getattr(mod, attr), name=name, help=help_text)
+        sub = getattr(__import__(module, fromlist=[attr]), attr)
     except ImportError as e:
         reason = str(e)  # `e` is unbound after the except block; the callback runs later
-        missing = typer.Typer(help=f"{help_text} (needs `pip install looplift[{extra}]`)")
+        sub = typer.Typer(help=f"{help_text} (needs `pip install looplift[{extra}]`)")
 
-        @missing.callback(invoke_without_command=True)
+        @sub.callback(invoke_without_command=True)
         def _unavailable() -> None:
             console.print(f"[red]error:[/red] `looplift {name}` needs the [{extra}] extra: {reason}. "
                           f"Install it with `pip install 'looplift[{extra}]'`.")
             raise typer.Exit(2)
 
-        app.add_typer(missing, name=name)
+    group = typer.main.get_command(sub)
+    group.name, group.help, group.short_help = name, help_text, None
+    return group
+
+
+app = typer.Typer(
+    help="looplift: agents that get better from their own work. Start with `looplift up` or `looplift demo`.",
+    no_args_is_help=True, pretty_exceptions_enable=False, cls=_LazyGroups,
+)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -296,11 +306,10 @@ def _print_demo(result: dict[str, Any]) -> None:
 
 def main() -> None:
     """Entry point of the `looplift` console script."""
-    # Signals are handled from here on, before the imports below (a second or more): SIGTERM at any
-    # moment stops what was started and exits with one line.
+    # Signals are handled from here on, before a command imports what it needs (seconds for torch):
+    # SIGTERM at any moment stops what was started and exits with one line.
     with shutdown_on_signals():
         try:
-            _mount_groups(sys.argv[1] if len(sys.argv) > 1 else None)
             app()
         except Shutdown as s:  # outside `up`/`demo`, which report it themselves
             console.print(f"interrupted by {s}", highlight=False)
