@@ -1,7 +1,7 @@
 """The dashboard's figures that the collector's own database holds: one function per panel.
 
 - `live`: success and feedback per served version, app and task group over a window, and success per
-  version per hour (or day) as a time series. A task's group is the part of its id before the first
+  version per 5 minutes, hour or day (by the window's length) as a time series. A task's group is the part of its id before the first
   `:` (`arith:3+4` -> `arith`, `extraction:17` -> `extraction`), else the whole id; the 12 largest
   groups are listed, the rest summed as `other`.
 - `data`: trajectories per app per day, score sources, PII replaced per type (from `trajectories.pii`,
@@ -52,12 +52,22 @@ def _task_group(store: Store) -> Any:
     return sa.case((pos > 0, sa.func.substr(t, 1, pos - 1)), else_=t)
 
 
-def _bucket(store: Store, hourly: bool) -> Any:
+def _bucket(store: Store, seconds: int) -> Any:
+    """`created_at` floored to a multiple of `seconds`, as Unix seconds (naive UTC on both dialects)."""
     c = TrajectoryRow.created_at
     if store.dialect == "postgresql":
-        return sa.func.to_char(sa.func.date_trunc("hour" if hourly else "day", c),
-                               'YYYY-MM-DD"T"HH24:00' if hourly else "YYYY-MM-DD")
-    return sa.func.strftime("%Y-%m-%dT%H:00" if hourly else "%Y-%m-%d", c)
+        return sa.cast(sa.func.floor(sa.extract("epoch", c) / seconds) * seconds, sa.BigInteger)
+    return sa.cast(sa.func.strftime("%s", c), sa.Integer) / seconds * seconds
+
+
+def _label(epoch: Any, seconds: int) -> str:
+    dt = datetime.fromtimestamp(int(epoch), timezone.utc)
+    return dt.strftime("%Y-%m-%d") if seconds >= 86400 else dt.strftime("%Y-%m-%dT%H:%M")
+
+
+def bucket_seconds(window: timedelta) -> int:
+    """5 minutes up to a 2-hour window, hours up to 2 days, days beyond."""
+    return 300 if window <= timedelta(hours=2) else 3600 if window <= timedelta(hours=48) else 86400
 
 
 def _group_row(key: Any, r: Any) -> dict[str, Any]:
@@ -94,14 +104,14 @@ def live(store: Store, window: timedelta) -> dict[str, Any]:
     """Success and feedback per version, app and task group over `window`, and the version time series."""
     since = utcnow() - window
     t = TrajectoryRow
-    hourly = window <= timedelta(hours=48)
-    bucket = _bucket(store, hourly)
+    step = bucket_seconds(window)
+    bucket = _bucket(store, step)
     q = (sa.select(bucket, t.served_version, *_aggregates()).where(t.created_at >= since)
          .group_by(bucket, t.served_version).order_by(bucket))
     with store.engine.connect() as conn:
-        series = [{"bucket": r[0], **_group_row(r[1], r[2:])} for r in conn.execute(q).all()]
+        series = [{"bucket": _label(r[0], step), "t": int(r[0]), **_group_row(r[1], r[2:])} for r in conn.execute(q).all()]
     total = _breakdown(store, sa.literal("all"), since)
-    return {"window_s": int(window.total_seconds()), "since": since.isoformat() + "Z", "bucket": "hour" if hourly else "day",
+    return {"window_s": int(window.total_seconds()), "since": since.isoformat() + "Z", "bucket_s": step,
             "total": total[0] if total else _group_row("all", (0, 0, 0, 0, None)),
             "by_version": _breakdown(store, t.served_version, since), "by_app": _breakdown(store, t.app, since),
             "by_task_group": _breakdown(store, _task_group(store), since), "series": series}
@@ -111,9 +121,9 @@ def data(store: Store, days: int = 30) -> dict[str, Any]:
     """Trajectories per app per day, score sources, PII replaced per type, exports."""
     since = utcnow().replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=days - 1)
     t = TrajectoryRow
-    day = _bucket(store, hourly=False)
+    day = _bucket(store, 86400)
     with store.engine.connect() as conn:
-        per_day = [{"day": r[0], "app": r[1], "n": int(r[2])} for r in conn.execute(
+        per_day = [{"day": _label(r[0], 86400), "app": r[1], "n": int(r[2])} for r in conn.execute(
             sa.select(day, t.app, sa.func.count()).where(t.created_at >= since).group_by(day, t.app).order_by(day))]
         pii: dict[str, int] = {}
         rows_with_pii = 0

@@ -24,6 +24,7 @@ from typing import Any
 
 from ._langfuse import langfuse_client, trace_id_for
 from ._settings import LangfuseSettings
+from .errors import ExportError
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,22 @@ def _split(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[d
 
 def push_dataset(jsonl: str | Path, name: str, settings: LangfuseSettings, *, description: str | None = None,
                  httpx_client: Any = None) -> DatasetPush:
-    """Create (or update) the Langfuse dataset `name` from an `sft` export file, one item per line."""
+    """Create (or update) the Langfuse dataset `name` from an `sft` export file, one item per line.
+
+    Raises:
+        ExportError: Langfuse refused or could not be reached (the message says after how many items).
+    """
+    n = 0
+    try:
+        n = _push(jsonl, name, settings, description, httpx_client)
+    except Exception as e:  # the SDK raises its own API errors, httpx errors, pydantic errors: one line
+        raise ExportError(f"pushing the Langfuse dataset {name!r} to {settings.host or 'Langfuse Cloud'} failed: "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (re-running updates the "
+                          "items already sent, it does not duplicate them)") from e
+    return DatasetPush(name, n, settings.host)
+
+
+def _push(jsonl: str | Path, name: str, settings: LangfuseSettings, description: str | None, httpx_client: Any) -> int:
     client = langfuse_client(settings, httpx_client=httpx_client)
     client.create_dataset(name=name, description=description or f"looplift curated export {Path(jsonl).name}",
                           metadata={"source": "looplift collector export", "file": str(jsonl)})
@@ -59,4 +75,4 @@ def push_dataset(jsonl: str | Path, name: str, settings: LangfuseSettings, *, de
                 source_trace_id=trace_id_for(row["id"]),
                 id="looplift-" + hashlib.sha256(f"{name}\0{row['id']}".encode()).hexdigest()[:32])
             n += 1
-    return DatasetPush(name, n, settings.host)
+    return n

@@ -61,6 +61,15 @@ def _iso(dt: Any) -> Optional[str]:
     return dt.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def _hide_password(url: str) -> str:
+    try:
+        import sqlalchemy as sa
+
+        return str(sa.make_url(url).render_as_string(hide_password=True))
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given minus nothing secret to hide
+        return url
+
+
 def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
 
@@ -193,7 +202,12 @@ class _Status:
             from collector import CollectorSettings, open_store
 
             db = self.o.db or trainer_cfg.get("db") or CollectorSettings.from_env().db_url
-            store = open_store(db)
+            c["db"] = _hide_password(db)
+            path = db.split("sqlite:///", 1)[1] if db.startswith("sqlite:///") else None
+            if path is not None and not Path(path).expanduser().exists():
+                self.unreachable("collector database", f"no database at {path} (pass --db, or set LOOPLIFT_HOME)")
+                return
+            store = open_store(db, migrate_schema=False)  # status reads; it never creates or migrates
         except Exception as e:
             self.unreachable("collector database", _short(e))
             return
@@ -300,7 +314,7 @@ def render(s: dict[str, Any]) -> list[str]:
             parts.append(f"drift > {sched['drift']:.0%}")
         lines.append("[bold]next run[/]   " + "; ".join(parts))
     else:
-        lines.append("[bold]next run[/]   not scheduled (no [schedule] in looplift.toml)")
+        lines.append("[bold]next run[/]   not scheduled (no \\[schedule] in looplift.toml)")
     r = (s.get("runs") or {}).get("last")
     if r:
         lines.append(f"[bold]last run[/]   {r['run_id']} {r['status']} ({escape(str(r.get('trigger')))}): "

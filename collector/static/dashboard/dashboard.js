@@ -127,13 +127,14 @@ function drawVersions(v) {
   const pad = Math.max(60e3, (t1 - t0) * 0.05); t0 -= pad; t1 += pad;
   const { svg, x, y, m } = timeFrame(980, 300, t0, t1, 1, (p) => `${Math.round(p * 100)}%`);
   const marker = { promote: "#16a34a", rollback: "#dc2626", canary: "#d97706", load: "#9ca3af", restore: "#6b7280", unload: "#e5e7eb" };
+  let row = 0;
   for (const h of history) {
     if (h.action === "unload") continue;
     const hx = x(Date.parse(h.at)), c = marker[h.action] || "#6b7280";
     svg.append(title(s("line", { class: h.action === "load" ? "" : "mark", x1: hx, x2: hx, y1: m.t, y2: 300 - m.b, stroke: c,
                                  "stroke-width": h.action === "load" ? 1 : 2, "stroke-dasharray": h.action === "promote" ? "" : "4 3" }),
                      `${when(h.at)} ${h.action} ${h.version}${h.previous ? ` (was ${h.previous})` : ""}${h.detail ? `: ${h.detail}` : ""}`));
-    if (h.action !== "load") svg.append(s("text", { x: hx + 3, y: m.t + 10, fill: c }, `${h.action} ${h.version}`));
+    if (h.action !== "load") svg.append(s("text", { x: hx + 3, y: m.t + 10 + 13 * (row++ % 4), fill: c }, `${h.action} ${h.version}`));
   }
   // The gate-measured success of whatever served, as a step line.
   const steps = [];
@@ -181,12 +182,12 @@ function drawLive(live) {
   for (const p of live.series) if (p.success_rate !== null) (series[p.key] = series[p.key] || []).push(p);
   const keys = Object.keys(series);
   if (!keys.length) return empty("live-series", `no verified episodes in the last ${state.window}`);
-  const parse = (b) => Date.parse(live.bucket === "hour" ? b + ":00Z" : b + "T00:00:00Z");
-  const all = live.series.map((p) => parse(p.bucket));
-  const step = live.bucket === "hour" ? 3600e3 : 86400e3;
+  const parse = (b) => b * 1000;
+  const all = live.series.map((p) => parse(p.t));
+  const step = live.bucket_s * 1000;
   const { svg, x, y } = timeFrame(640, 240, Math.min(...all) - step / 2, Math.max(...all) + step / 2, 1, (p) => `${Math.round(p * 100)}%`);
   for (const k of keys) {
-    const pts = series[k].map((p) => [x(parse(p.bucket)), y(p.success_rate), p]);
+    const pts = series[k].map((p) => [x(parse(p.t)), y(p.success_rate), p]);
     svg.append(s("polyline", { points: pts.map((q) => `${q[0]},${q[1]}`).join(" "), fill: "none", stroke: colorOf(k), "stroke-width": 2 }));
     for (const [px, py, p] of pts) {
       svg.append(title(s("circle", { class: "mark", cx: px, cy: py, r: 3 + Math.min(4, Math.log10(1 + p.with_outcome) * 2), fill: colorOf(k) }),
@@ -339,6 +340,13 @@ function showLogin(message) {
 }
 
 function start() {
+  const w = /(?:^#|&)window=(\d+[mhd])/.exec(location.hash);
+  if (w) {
+    state.window = w[1];
+    const sel = document.getElementById("window");
+    if (![...sel.options].some((o) => o.value === w[1])) sel.append(el("option", { value: w[1] }, w[1]));
+    sel.value = w[1];
+  }
   const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
   if (m) {
     sessionStorage.setItem("looplift-token", decodeURIComponent(m[1]));
