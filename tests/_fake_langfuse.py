@@ -73,40 +73,38 @@ def fake_langfuse() -> tuple[FastAPI, Received]:
                         got.raw.append(json.dumps(attrs).encode())
         return Response(status_code=200)
 
+    async def take(request: Request, into: list[dict[str, Any]]) -> Any:
+        """The JSON body, recorded raw (for text searches) and as parsed items under `into`."""
+        data = await body(request)
+        parsed = json.loads(data)
+        items = parsed.get("batch", parsed) if isinstance(parsed, dict) and "batch" in parsed else parsed
+        with got.lock:
+            got.raw.append(data)
+            into.extend(items if isinstance(items, list) else [items])
+        return parsed
+
     @app.post("/api/public/scores")
     async def scores(request: Request) -> JSONResponse:
-        data = await body(request)
-        items = json.loads(data)
-        with got.lock:
-            got.raw.append(data)
-            got.scores.extend(items if isinstance(items, list) else [items])
+        await take(request, got.scores)
         return JSONResponse({"successes": [], "errors": []})
 
-    @app.post("/api/public/ingestion")
+    @app.post("/api/public/ingestion")  # older SDKs send scores as ingestion events
     async def ingestion(request: Request) -> JSONResponse:
-        data = await body(request)
+        events: list[dict[str, Any]] = []
+        await take(request, events)
         with got.lock:
-            got.raw.append(data)
-            got.scores.extend(e["body"] for e in json.loads(data).get("batch", []) if e.get("type") == "score-create")
+            got.scores.extend(e["body"] for e in events if e.get("type") == "score-create")
         return JSONResponse({"successes": [], "errors": []}, status_code=207)
 
     @app.post("/api/public/v2/datasets")
     async def datasets(request: Request) -> JSONResponse:
-        data = await body(request)
-        d = json.loads(data)
-        with got.lock:
-            got.raw.append(data)
-            got.datasets.append(d)
+        d = await take(request, got.datasets)
         return JSONResponse({"id": "ds-" + d["name"], "name": d["name"], "description": d.get("description"),
                              "metadata": d.get("metadata"), "projectId": "p", "createdAt": _now(), "updatedAt": _now()})
 
     @app.post("/api/public/dataset-items")
     async def items(request: Request) -> JSONResponse:
-        data = await body(request)
-        d = json.loads(data)
-        with got.lock:
-            got.raw.append(data)
-            got.items.append(d)
+        d = await take(request, got.items)
         return JSONResponse({"id": d.get("id") or "x", "status": "ACTIVE", "input": d.get("input"),
                              "expectedOutput": d.get("expectedOutput"), "metadata": d.get("metadata"),
                              "sourceTraceId": d.get("sourceTraceId"), "datasetId": "ds-" + d["datasetName"],
