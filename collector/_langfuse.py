@@ -168,12 +168,14 @@ class LangfuseExporter:
         self._pending = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stores: list[Any] = []
         self.stats = ExporterStats()
 
     # -- producer side (the request thread): never blocks -----------------------------------------
     def attach(self, store: Any) -> None:
-        """Export what `store` commits from now on (its trajectories and feedback)."""
+        """Export what `store` commits from now on (its trajectories and feedback), until `close()`."""
         store.listeners.append(self._on_store)
+        self._stores.append(store)
 
     def _on_store(self, what: str, payload: Any) -> None:
         if what == "trajectories":
@@ -224,7 +226,11 @@ class LangfuseExporter:
         return done.wait(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush (bounded by `timeout`), then stop the thread. The SDK client stays for reuse in this process."""
+        """Stop listening, flush (bounded by `timeout`), stop the thread. The SDK client stays for reuse in this process."""
+        for store in self._stores:
+            if self._on_store in store.listeners:
+                store.listeners.remove(self._on_store)
+        self._stores.clear()
         if self._thread is not None:
             self.flush(timeout)
         self._stop.set()

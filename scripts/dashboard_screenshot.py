@@ -2,7 +2,8 @@
 
     flock /tmp/looplift-heavy.lock .venv/bin/python scripts/dashboard_screenshot.py --out docs/dashboard.png
 
-Everything on the page is what the demo did: rollouts served by each version, the retrain runs and their gate
+It also prints `looplift status` (text and --json) against the running stack. Everything on the page is what the
+demo did: rollouts served by each version, the retrain runs and their gate
 figures, the gateway's promotions; after the last cycle an operator rolls the alias back and promotes the newest
 version again (real admin calls), so the swap markers show both. Needs Debian's `chromium` (headless).
 """
@@ -41,6 +42,15 @@ def main() -> None:
             if serving != "policy-v0":
                 admin.rollback()
                 admin.promote(serving)
+        # `looplift status` on the running stack, as an operator would run it (printed for the README).
+        import subprocess
+
+        cmd = [sys.executable, "-m", "looplift", "status", "--gateway", stack["gateway"], "--collector", stack["collector"],
+               "--db", f"sqlite:///{stack['state']}/collector.db", "--runs-dir", f"{stack['state']}/runs",
+               "--token", stack["admin_token"]]
+        for extra in ([], ["--json"]):
+            p = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=120)
+            print(f"$ looplift status {' '.join(extra)}  (exit {p.returncode})\n{p.stdout}{p.stderr}", flush=True)
         with Chromium() as browser:
             page = browser.open(f"{stack['collector']}/dashboard#window=1h&token={stack['admin_token']}",
                                 ready_js="window.__dashboard && window.__dashboard.ready")

@@ -290,3 +290,19 @@ def test_export_as_a_langfuse_dataset(fake_server: tuple[str, Received], tmp_pat
     assert r.exit_code == 2 and "LANGFUSE_PUBLIC_KEY" in r.output and "Traceback" not in r.output
     r = runner.invoke(collector_cli, ["export", "--db", db_url, "--dataset", "x", "--out", str(tmp_path / "o.jsonl")])
     assert r.exit_code == 2 and "--format langfuse-dataset" in r.output
+
+
+def test_a_dataset_push_to_an_unreachable_langfuse_is_one_line(tmp_path: Path, db_url: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(db_url)
+    store.add_trajectories([episode(50)])
+    store.close()
+    monkeypatch.setenv("LOOPLIFT_HOME", str(tmp_path))
+    with socketless_port() as closed:
+        r = CliRunner().invoke(collector_cli, ["export", "--db", db_url, "--format", "langfuse-dataset", "--out",
+                                               str(tmp_path / "ds.jsonl")],
+                               env={"LANGFUSE_PUBLIC_KEY": _key(), "LANGFUSE_SECRET_KEY": "sk",
+                                    "LANGFUSE_HOST": f"http://127.0.0.1:{closed}"})
+    assert r.exit_code == 1 and "pushing the Langfuse dataset 'looplift-all-" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) <= 3
+    assert (tmp_path / "ds.jsonl").exists()  # the export itself was written
