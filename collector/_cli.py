@@ -99,7 +99,7 @@ def serve(
     auth = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API key (open)"
     if workers == 1:
         api = _guard(lambda: create_app(settings))
-        _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}", highlight=False)
+        _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}  dashboard /dashboard", highlight=False)
         uvicorn.run(api, host=host, port=port, log_level="info")
         return
     # Once, here: migrate the database and load (or train) the name model into its cache, so the

@@ -20,7 +20,7 @@ Auth: the page itself holds no data and is served to anyone (HTML, JS, CSS, no s
 endpoint needs `Authorization: Bearer <admin token>` (the gateway's, so operators have one token). The
 link `looplift up` prints carries the token in the URL fragment (`/dashboard#token=...`), which browsers
 never send to a server; the page moves it to `sessionStorage` and removes it from the address bar.
-No build step, no CDN: the charts are SVG drawn by the page's own ~400 lines of JS; the page works offline.
+No build step, no CDN: the charts are SVG drawn by the page's own ~370 lines of JS; the page works offline.
 """
 
 from __future__ import annotations

@@ -277,7 +277,7 @@ function drawHealth(h) {
   const extra = ((gw.metrics || {}).other || []).map((o) => el("div", { class: "tile" }, el("b", {}, num(o.value)),
     el("span", {}, `${o.name.replace("looplift_gateway_", "")} ${Object.values(o.labels).join(" ")}`)));
   tiles.append(...extra);
-  const versions = Object.entries((gw.metrics || {}).by_version || {}).filter(([k]) => k !== "none" || true);
+  const versions = Object.entries((gw.metrics || {}).by_version || {});
   const bars = versions.map(([k, v]) => ({ label: k, value: v.requests, color: colorOf(k),
     note: `${num(v.requests)} req · ${num(v.in_flight || 0)} in flight${v.errors ? ` · ${num(v.errors)} err` : ""}` }));
   if (gw.error) state.errors.push(`gateway health: ${gw.error}`);
