@@ -120,3 +120,24 @@ def test_a_gateway_that_does_not_answer_is_a_reason_not_a_failure(db_url: str) -
             health: dict[str, Any] = c.get("/v1/dashboard/health", headers=AUTH).json()
     assert "unreachable" in versions["gateway"]["error"] and url in versions["gateway"]["error"]
     assert health["gateway"]["status"] == "unreachable" and health["collector"]["status"] == "ok"
+
+
+def test_a_real_gateway_whose_vllm_is_down_shows_as_unavailable_with_its_errors(db_url: str, tmp_path: Path) -> None:
+    import httpx
+
+    from server import GatewaySettings, start_gateway_in_thread
+
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))
+        vllm = f"http://127.0.0.1:{dead.getsockname()[1]}"
+        with start_gateway_in_thread(GatewaySettings(admin_token=TOKEN, state_dir=tmp_path / "gw"), vllm, port=0) as gw:
+            r = httpx.post(gw.url + "/v1/chat/completions", json={"model": "policy", "messages": [{"role": "user",
+                                                                                               "content": "hi"}]})
+            assert r.status_code == 503  # the gateway answers; vLLM does not
+            with TestClient(create_app(CollectorSettings(db_url=db_url, admin_token=TOKEN, gateway_url=gw.url))) as c:
+                health = c.get("/v1/dashboard/health", headers=AUTH).json()
+                versions = c.get("/v1/dashboard/versions", headers=AUTH).json()
+    g = health["gateway"]
+    assert g["status"] == "unavailable" and "ConnectError" in g["health"]["vllm"]
+    assert g["metrics"]["upstream_errors"] == 1.0  # read from the gateway's own /metrics
+    assert "vLLM is not reachable" in versions["gateway"]["error"]
