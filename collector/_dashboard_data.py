@@ -57,7 +57,7 @@ def _bucket(store: Store, seconds: int) -> Any:
     c = TrajectoryRow.created_at
     if store.dialect == "postgresql":
         return sa.cast(sa.func.floor(sa.extract("epoch", c) / seconds) * seconds, sa.BigInteger)
-    return sa.cast(sa.func.strftime("%s", c), sa.Integer) / seconds * seconds
+    return sa.cast(sa.func.strftime("%s", c), sa.Integer) // seconds * seconds  # `//`: SQL integer division
 
 
 def _label(epoch: Any, seconds: int) -> str:

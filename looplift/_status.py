@@ -286,9 +286,11 @@ def render(s: dict[str, Any]) -> list[str]:
                      f"{g.get('in_flight', 0)} requests in flight)")
     gate = s.get("gate")
     if gate:
-        lines.append(f"[bold]gate[/]       {_pct(gate['success'])} held-out success on {gate.get('n') or '?'} tasks "
-                     f"(run {gate['run_id']}, {gate['status']}; b={gate.get('b')} c={gate.get('c')} "
-                     f"p={'-' if gate.get('p_value') is None else format(gate['p_value'], '.2g')})")
+        p = "-" if gate.get("p_value") is None else format(gate["p_value"], ".2g")
+        how = (f"as the candidate of run {gate['run_id']}, {gate['status']}" if gate["as"] == "candidate" else
+               f"as the serving version in run {gate['run_id']}, whose candidate was {gate['status']}")
+        lines.append(f"[bold]gate[/]       {_pct(gate['success'])} held-out success on {gate.get('n') or '?'} tasks, "
+                     f"measured {how} (b={gate.get('b')} c={gate.get('c')} p={p})")
     elif g.get("serving"):
         lines.append(f"[bold]gate[/]       no run measured {g['serving']} yet")
     live = s.get("live") or {}

@@ -141,3 +141,32 @@ def test_a_real_gateway_whose_vllm_is_down_shows_as_unavailable_with_its_errors(
     assert g["status"] == "unavailable" and "ConnectError" in g["health"]["vllm"]
     assert g["metrics"]["upstream_errors"] == 1.0  # read from the gateway's own /metrics
     assert "vLLM is not reachable" in versions["gateway"]["error"]
+
+
+def test_the_time_series_buckets_by_five_minutes_hours_and_days(any_db_url: str) -> None:
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+
+    from collector._dashboard_data import data, live
+    from collector._db import TrajectoryRow, utcnow
+
+    store = open_store(any_db_url)
+    try:
+        store.add_trajectories([_t(i, app="shop", version="policy-v1", task="arith", success=i % 2 == 0)
+                                for i in range(12)])
+        # Spread the rows over the last 55 minutes, 5 minutes apart: 12 five-minute buckets, one hour or two.
+        base = utcnow().replace(second=0, microsecond=0) - timedelta(minutes=55)
+        with store.engine.begin() as conn:
+            for i in range(12):
+                conn.execute(sa.update(TrajectoryRow).where(TrajectoryRow.id == f"d-shop-policy-v1-{i}")
+                             .values(created_at=base + timedelta(minutes=5 * i, seconds=7 * i)))
+        short = live(store, timedelta(hours=1))
+        day = live(store, timedelta(hours=24))
+        per_day = data(store)["per_app_day"]
+    finally:
+        store.close()
+    assert short["bucket_s"] == 300 and len(short["series"]) == 12 and all(p["n"] == 1 for p in short["series"])
+    assert [p["t"] % 300 for p in short["series"]] == [0] * 12
+    assert day["bucket_s"] == 3600 and len(day["series"]) in (1, 2) and sum(p["n"] for p in day["series"]) == 12
+    assert len({r["day"] for r in per_day}) in (1, 2) and sum(r["n"] for r in per_day) == 12

@@ -4,8 +4,9 @@
 "use strict";
 
 const NS = "http://www.w3.org/2000/svg";
-const PALETTE = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#dc2626",
-                 "#4f46e5", "#0d9488", "#ca8a04", "#6b7280"];
+// No red: red means a rollback or an error on this page, never "this app" or "this version".
+const PALETTE = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#4f46e5",
+                 "#0d9488", "#ca8a04", "#6b7280", "#7c3aed"];
 const state = { token: null, window: "24h", charts: {}, errors: [] };
 window.__dashboard = { ready: false, errors: state.errors, charts: state.charts };
 
@@ -80,7 +81,7 @@ function rateBars(rows) {
 
 // Plain horizontal bars of counts; `rows`: {label, value, color, note}.
 function countBars(rows) {
-  const rowH = 24, left = 150, right = 70, width = 640, height = rows.length * rowH + 6;
+  const rowH = 24, left = 150, right = 170, width = 640, height = rows.length * rowH + 6;
   const max = Math.max(1, ...rows.map((r) => r.value));
   const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, role: "img" });
   rows.forEach((r, i) => {
@@ -134,7 +135,8 @@ function drawVersions(v) {
     svg.append(title(s("line", { class: h.action === "load" ? "" : "mark", x1: hx, x2: hx, y1: m.t, y2: 300 - m.b, stroke: c,
                                  "stroke-width": h.action === "load" ? 1 : 2, "stroke-dasharray": h.action === "promote" ? "" : "4 3" }),
                      `${when(h.at)} ${h.action} ${h.version}${h.previous ? ` (was ${h.previous})` : ""}${h.detail ? `: ${h.detail}` : ""}`));
-    if (h.action !== "load") svg.append(s("text", { x: hx + 3, y: m.t + 10 + 13 * (row++ % 4), fill: c }, `${h.action} ${h.version}`));
+    // Along the bottom, staggered: the points (high success) sit near the top.
+    if (h.action !== "load") svg.append(s("text", { x: hx + 3, y: 300 - m.b - 6 - 13 * (row++ % 4), fill: c }, `${h.action} ${h.version}`));
   }
   // The gate-measured success of whatever served, as a step line.
   const steps = [];
