@@ -1,5 +1,5 @@
 """The `looplift` command: `up` (the whole stack in the foreground), `demo` (the closed loop), and the
-component groups `server`, `collector`, `trainer`, `sandbox`.
+component groups `server`, `collector`, `trainer`, `sandbox`, `env`.
 
 A group whose extra is not installed is still listed; using it says which extra to install. `up` and
 `demo` handle SIGTERM/SIGINT/SIGHUP from their first line (`_signals`), stop everything they started
@@ -47,6 +47,7 @@ _mount("server._cli", "app", "server", "server", "Gateway over vLLM: start, vers
 _mount("collector._cli", "app", "collector", "collector", "Collector: serve, export, score, stats, purge, anonymize.")
 _mount("trainer._cli", "app", "trainer", "trainer", "Trainer: build the base model, SFT, the retrain job.")
 _mount("sandboxes._cli", "app", "sandbox", "sandboxes", "Sandboxes: build the image, exec a command.")
+_mount("looplift._env_cli", "app", "env", "sandboxes", "Task families: list them, try one with a reference policy.")
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:

@@ -12,6 +12,7 @@ import pytest
 
 EXPECTED = {
     "sdk": {"Budget", "EnvFamily", "EvalSuite", "Policy", "ToolCall", "ToolCallFunction", "task_slice",
+            "AllOf", "Gated", "LLMJudge", "Weighted",
             "ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
             "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "looplift_home", "run"},
@@ -38,9 +39,9 @@ EXPECTED = {
                   "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
                   "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
-                  "arithmetic_suite", "build_image", "choose_backend", "demonstration", "detect_backend", "env_families",
-                  "held_out_tasks", "make_pool",
-                  "make_sandbox", "reap_orphans", "training_tasks"},
+                  "EnvSnapshot", "arithmetic_suite", "build_coding_tasks", "build_image", "choose_backend", "demonstration",
+                  "detect_backend", "env_families", "held_out_tasks", "make_pool", "make_sandbox", "reap_orphans",
+                  "training_tasks"},
     "looplift": {"main"},
 }
 #: The base error each package's exported exceptions derive from.
