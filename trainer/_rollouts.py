@@ -12,12 +12,12 @@ Deliberately not here: advantages, filtering and batching (`grpo.py`, `_tokens.p
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
+from ._data import jsonl_fields
 from .errors import TokenDataError, TrainingDataError
 
 if TYPE_CHECKING:  # only read here; importing the SDK is left to callers (the GPU bench has no HTTP stack)
@@ -111,28 +111,19 @@ def load_grpo_jsonl(path: Path, *, version_steps: Optional[Mapping[str, int]] = 
     path = Path(path)
     groups: list[Group] = []
     lines = rewards_seen = 0
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    for _, (task, comps) in jsonl_fields(path, "a GRPO group with task_id and completions", ["task_id", "completions"]):
+        lines += 1
+        eps = []
+        for c in comps:
+            reward = c.get("score", c.get("reward"))
+            if reward is None:
                 continue
-            lines += 1
-            try:
-                obj = json.loads(line)
-                task, comps = str(obj["task_id"]), list(obj["completions"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise TrainingDataError(f"{path}:{n}: not a GRPO group with task_id and completions ({e})") from e
-            eps = []
-            for c in comps:
-                reward = c.get("score", c.get("reward"))
-                if reward is None:
-                    continue
-                rewards_seen += 1
-                version = c.get("served_version")
-                step = None if version_steps is None or version is None else version_steps.get(version)
-                eps.append(episode(str(c.get("id")), float(reward), c.get("turns") or [], version=version,
-                                   policy_step=step))
-            if len(eps) >= 2:
-                groups.append(Group(task, tuple(eps)))
+            rewards_seen += 1
+            version = c.get("served_version")
+            step = None if version_steps is None or version is None else version_steps.get(version)
+            eps.append(episode(str(c.get("id")), float(reward), c.get("turns") or [], version=version, policy_step=step))
+        if len(eps) >= 2:
+            groups.append(Group(str(task), tuple(eps)))
     if not groups:
         if lines and not rewards_seen:
             why = "no completion has a reward: score the trajectories (`collector score`) or run episodes with a verifier"

@@ -22,7 +22,6 @@ and multi-GPU.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -34,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from ._data import IGNORE, Progress, collate, encode_chat, minibatches
+from ._data import IGNORE, Progress, collate, encode_chat, jsonl_fields, minibatches
 from ._lora import lora_model, save_adapter
 from .errors import TrainingDataError
 
@@ -73,20 +72,13 @@ Pair = tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]]  # ((ids,
 def load_dpo_jsonl(path: Path, tokenizer: Any, *, max_len: int = 512) -> list[Pair]:
     """The pairs of a DPO export, encoded; a line without a prompt and two assistant completions is an error."""
     pairs: list[Pair] = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                prompt, chosen, rejected = list(obj["prompt"]), list(obj["chosen"]), list(obj["rejected"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise TrainingDataError(f"{path}:{n}: not a DPO pair with prompt, chosen and rejected ({e})") from e
-            for side, msgs in (("chosen", chosen), ("rejected", rejected)):
-                if not any(m.get("role") == "assistant" for m in msgs):
-                    raise TrainingDataError(f"{path}:{n}: {side} has no assistant message to score")
-            pairs.append((encode_chat(tokenizer, prompt + chosen, max_len=max_len),
-                          encode_chat(tokenizer, prompt + rejected, max_len=max_len)))
+    for n, (prompt, chosen, rejected) in jsonl_fields(path, "a DPO pair with prompt, chosen and rejected",
+                                                      ["prompt", "chosen", "rejected"]):
+        for side, msgs in (("chosen", chosen), ("rejected", rejected)):
+            if not any(m.get("role") == "assistant" for m in msgs):
+                raise TrainingDataError(f"{path}:{n}: {side} has no assistant message to score")
+        pairs.append((encode_chat(tokenizer, prompt + chosen, max_len=max_len),
+                      encode_chat(tokenizer, prompt + rejected, max_len=max_len)))
     return pairs
 
 

@@ -13,7 +13,6 @@ accumulation, multi-GPU (FSDP comes with the multi-GPU issue).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Optional
 import torch
 from transformers import AutoTokenizer
 
-from ._data import Progress, encode_chat, train_causal_lm
+from ._data import Progress, encode_chat, jsonl_fields, train_causal_lm
 from ._lora import lora_model, save_adapter
 from .errors import TrainingDataError
 
@@ -54,17 +53,10 @@ class SFTResult:
 def load_sft_jsonl(path: Path) -> list[list[dict]]:  # type: ignore[type-arg]
     """The conversations in an SFT export; a line that is not a chat with an assistant turn is an error."""
     convs = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                msgs = json.loads(line)["messages"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise TrainingDataError(f"{path}:{n}: not an SFT record with `messages` ({e})") from e
-            if not any(m.get("role") == "assistant" for m in msgs):
-                raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on")
-            convs.append(msgs)
+    for n, (msgs,) in jsonl_fields(path, "an SFT record with `messages`", ["messages"]):
+        if not any(m.get("role") == "assistant" for m in msgs):
+            raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on")
+        convs.append(msgs)
     return convs
 
 
