@@ -1,6 +1,6 @@
 """Gateway benchmark: the latency the gateway adds to a request, measured against vLLM directly.
 
-    .venv/bin/python bench/gateway.py [--n 300] [--per-worker 12] [--rounds 4] [--max-tokens 4]
+    .venv/bin/python bench/gateway.py [--n 300] [--per-worker 3] [--rounds 16] [--max-tokens 4]
                                       [--profile PATH] [--json-out bench/results/gateway.json]
 
 One run, on this machine:
@@ -22,7 +22,8 @@ One run, on this machine:
    * concurrency 1: `n` rounds of one request per target, interleaved (each target takes each place in
      turn), so drift in vLLM's speed lands on all of them equally;
    * concurrency 16: rounds of 16 workers x `per-worker` requests, one target per round, the order
-     reversed every round (ABC CBA ...).
+     reversed every round (ABC CBA ...); many short rounds, so a burst of other work on the machine
+     lands on every target rather than on one.
    Non-stream answers are read whole; streams to their last byte (time to first byte reported too).
 5. Added latency = x percentile - direct percentile (requests cannot be paired one to one at c=16, so
    this is a difference of percentiles, not a percentile of differences). CPU per request is what the
@@ -416,8 +417,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=300, help="c=1: requests per target and mode")
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--per-worker", type=int, default=12, help="requests per worker per round at c>1")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds per target at c>1 (ABBA order)")
+    ap.add_argument("--per-worker", type=int, default=3, help="requests per worker per round at c>1")
+    ap.add_argument("--rounds", type=int, default=16, help="rounds per target at c>1 (order reversed every round)")
     ap.add_argument("--max-tokens", type=int, default=4)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy collapsed stacks of the gateway go here")
     ap.add_argument("--profile-seconds", type=float, default=20.0)
@@ -470,8 +471,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                 # Idle connections dropped before vLLM's 5 s keep-alive ends them (and the relay's with them).
                 conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0)
                 async with aiohttp.ClientSession(connector=conn) as s:
-                    await run_c1(s, targets, base, 10)  # warm every path's connections
-                    await run_c1(s, targets, {**base, "stream": True}, 10)
+                    for body in (base, {**base, "stream": True}):  # warm every path's connections, and vLLM's batches
+                        await run_c1(s, targets, body, 10)
+                        await run_cn(s, targets, body, args.concurrency, 2, 1)
                     for mode, body in (("non-stream", base), ("stream", {**base, "stream": True})):
                         with console.status(f"{mode}, c=1: {args.n} rounds of {len(targets)}"):
                             c0 = cpu()
