@@ -159,12 +159,12 @@ class Proxy:
             r = await self.upstream.post(endpoint, payload)
         except TimeoutError as e:
             self.metrics.upstream_error(endpoint)
-            await send_json(send, 504, error_payload(504, f"vLLM did not answer in time ({e!r}).",
+            await send_json(send, 504, error_payload(504, f"vLLM did not answer in time ({self.upstream.describe(e)}).",
                                                      code="upstream_timeout"), headers)
             return "504"
         except UpstreamHTTPError as e:
             self.metrics.upstream_error(endpoint)
-            await send_json(send, 502, error_payload(502, f"vLLM is not reachable ({e!r}).",
+            await send_json(send, 502, error_payload(502, f"vLLM is not reachable ({self.upstream.describe(e)}).",
                                                      code="upstream_unavailable"), headers)
             return "502"
         async with r:  # on exit the connection goes back to the pool, or is closed if the answer was cut short
@@ -175,7 +175,7 @@ class Proxy:
                 content = await r.read()
             except UpstreamHTTPError as e:
                 self.metrics.upstream_error(endpoint)
-                await send_json(send, 502, error_payload(502, f"vLLM broke off its answer ({e!r}).",
+                await send_json(send, 502, error_payload(502, f"vLLM broke off its answer ({self.upstream.describe(e)}).",
                                                          code="upstream_error"), headers)
                 return "502"
             if r.status >= 500:
@@ -207,7 +207,7 @@ class Proxy:
             if not gone:
                 status = "stream_error"
                 self.metrics.upstream_error(endpoint)
-                err = error_payload(502, f"vLLM broke off the stream ({e!r})", code="upstream_error")
+                err = error_payload(502, f"vLLM broke off the stream ({self.upstream.describe(e)})", code="upstream_error")
                 await send({"type": "http.response.body", "body": f"data: {json.dumps(err)}\n\n".encode(),
                             "more_body": True})
         finally:

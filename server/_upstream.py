@@ -70,7 +70,13 @@ class Upstream:
             async with self._client().get("/health", timeout=aiohttp.ClientTimeout(total=D.HEALTH_TIMEOUT_S)) as r:
                 return r.status == 200, f"HTTP {r.status}"
         except UpstreamHTTPError as e:
-            return False, repr(e)
+            return False, self.describe(e)
+
+    def describe(self, e: BaseException) -> str:
+        """A one-line reason for a failure talking to vLLM (aiohttp's own reprs dump whole connection keys)."""
+        if isinstance(e, aiohttp.ClientConnectorError):  # worded as httpx's was: dashboards show and match it
+            return f"ConnectError: cannot connect to vLLM at {self.base_url} ({e.os_error})"
+        return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
     # ---- AdapterControl (see _registry) ------------------------------------------------------
     async def load(self, name: str, path: str) -> None:
@@ -96,7 +102,7 @@ class Upstream:
                 raw = await r.read()
                 status = r.status
         except UpstreamHTTPError as e:
-            raise UpstreamError(f"vLLM is not reachable ({e!r}); is it running?") from None
+            raise UpstreamError(f"vLLM is not reachable ({self.describe(e)}); is it running?") from None
         if status != 200:
             raise UpstreamError(f"vLLM refused {path}: {_error_message(raw, status)}", status=status)
         try:
