@@ -60,9 +60,9 @@ REQUEST_TIMEOUT_S = 300.0
 CONNECT_TIMEOUT_S = 5.0
 #: `/health` asks vLLM with this timeout.
 HEALTH_TIMEOUT_S = 5.0
-#: Poll period of the drain task. A drained version waits as long as its requests last (unloading
-#: under a live request could fail it), so there is deliberately no drain timeout.
-DRAIN_POLL_S = 0.05
+#: Idle upstream connections are dropped after this long: below vLLM's keep-alive timeout (uvicorn's 5 s),
+#: so the gateway never reuses a connection vLLM is about to close.
+UPSTREAM_KEEPALIVE_S = 4.0
 #: Admin client default.
 GATEWAY_URL = f"http://{HOST}:{GATEWAY_PORT}"
 ADMIN_TIMEOUT_S = 60.0
