@@ -357,3 +357,7 @@ def test_the_serving_version_is_not_evaluated_again_on_the_same_suite_and_seed(t
     asked.clear()
     third = run_job(job, suite=plus_one_suite(20), train_step=quick_step, admin=gw.admin(), chat_client=gw.chat())
     assert third.serving == "policy-v2" and asked.count("policy-v2") == 20  # another suite: measured again
+    # The cache lives beside the runs but is not one: `trainer runs` lists exactly the three runs.
+    from trainer import list_runs
+
+    assert [r["status"] for r in list_runs(tmp_path / "runs")] == [first.status, second.status, third.status]

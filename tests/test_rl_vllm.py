@@ -26,6 +26,7 @@ from trainer import (
     UniformSampler,
     episode_rows,
     groups_from_trajectories,
+    list_runs,
     run_job,
 )
 from trainer.dpo import DPOConfig
@@ -165,7 +166,7 @@ def test_trainer_run_trains_from_the_collector_export_and_gates(gateway: Gateway
     res = run_job(cfg, suite=_suite(3))
     assert res.status in ("promoted", "rejected") and res.candidate == "policy-v1" and res.serving == "policy-v0"
     assert res.exported == (3 if algo == "grpo" else 6)  # 3 groups of 4, or 2 best-vs-worst pairs per task
-    run_dir = next((tmp_path / "runs").iterdir())
+    run_dir = tmp_path / "runs" / list_runs(tmp_path / "runs")[-1]["run_id"]
     assert json.loads((run_dir / "config.json").read_text())["algo"] == algo
     meta = json.loads((run_dir / "adapter" / f"looplift_{algo}.json").read_text())
     if algo == "grpo":
@@ -187,5 +188,6 @@ def test_run_cycle_trains_online_then_gates_and_points_the_next_rollouts_at_the_
     assert online.version == "policy-v2" and res.rollouts_spent == 16 and res.job.exported == 16
     assert set(res.split_s) == {"adapter", "generation", "training", "environment", "other", "gate"}
     assert res.split_s["gate"] > 0 and res.split_s["generation"] > 0 and res.split_s["training"] > 0
-    meta = json.loads((next((tmp_path / "runs").iterdir()) / "adapter" / "looplift_grpo.json").read_text())
+    (run,) = list_runs(tmp_path / "runs")  # one run; the gate's eval cache beside it is not one
+    meta = json.loads((tmp_path / "runs" / run["run_id"] / "adapter" / "looplift_grpo.json").read_text())
     assert meta["step"] == 2 and [u["published"] for u in meta["updates"]] == ["policy-v1", None]

@@ -24,6 +24,9 @@ from sdk.infra import atomic_write_json
 from ._eval import EvalResult
 from ._json import jsonable
 
+DIR = "eval-cache"
+"""The cache's folder inside the runs folder (`list_runs` skips it: it is not a run)."""
+
 
 def cache_key(version: str, weights: str, suite: EvalSuite, seed: int) -> str:
     """sha256 over everything that decides a version's outcomes on `suite` (see the module docstring)."""
@@ -37,7 +40,7 @@ def cache_key(version: str, weights: str, suite: EvalSuite, seed: int) -> str:
 def load(runs_dir: Path, key: str) -> Optional[EvalResult]:
     """The cached result for `key`, or None (also for an unreadable entry: it is simply measured again)."""
     try:
-        raw: dict[str, Any] = json.loads((runs_dir / "eval-cache" / f"{key}.json").read_text())
+        raw: dict[str, Any] = json.loads((runs_dir / DIR / f"{key}.json").read_text())
         return EvalResult(version=raw["version"], suite=raw["suite"], outcomes=raw["outcomes"], slices=raw["slices"],
                           errors=raw["errors"], seed=raw["seed"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -46,4 +49,4 @@ def load(runs_dir: Path, key: str) -> Optional[EvalResult]:
 
 def save(runs_dir: Path, key: str, result: EvalResult) -> None:
     """Keep `result` for `key` (atomically: a reader never sees half an entry)."""
-    atomic_write_json(runs_dir / "eval-cache" / f"{key}.json", jsonable(result), indent=None)
+    atomic_write_json(runs_dir / DIR / f"{key}.json", jsonable(result), indent=None)
