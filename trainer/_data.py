@@ -8,7 +8,6 @@ output are masked (label -100): the model must not learn to predict the sandbox.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
+from ._json import jsonl_objects
 from .errors import TrainingDataError
 
 IGNORE = -100
@@ -65,15 +65,11 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dic
 def jsonl_fields(path: Path, what: str, keys: Sequence[str]) -> Iterator[tuple[int, list[Any]]]:
     """(line number, [obj[key] for key in keys]) for each non-blank line of an export; a line that is not a
     JSON object with those keys is a `TrainingDataError` naming the file, the line and `what` it should be."""
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                yield n, [obj[k] for k in keys]
-            except (ValueError, KeyError, TypeError) as e:
-                raise TrainingDataError(f"{path}:{n}: not {what} ({e})") from e
+    for n, obj in jsonl_objects(path, TrainingDataError, what):
+        try:
+            yield n, [obj[k] for k in keys]
+        except (KeyError, TypeError) as e:
+            raise TrainingDataError(f"{path}:{n}: not {what} ({e})") from e
 
 
 def minibatches(n: int, batch_size: int, steps: int, seed: int) -> Iterator[list[int]]:
