@@ -2,7 +2,7 @@
 in one run on one machine, plus where our loop's wall time goes, what the pass-rate sampler saves,
 sync vs async, and SFT vs GRPO on a hard split.
 
-Run: `.venv/bin/python bench/rl.py [--parts trl,ours,uniform,async,hard] [--quick] [--json-out bench/results/rl.json]`
+Run: `.venv/bin/python bench/rl.py [--parts trl,ours,hard,async,uniform] [--quick] [--json-out bench/results/rl.json]`
 (under `flock /tmp/looplift-heavy.lock` on a shared machine).
 
 Parts, all from the same cached tiny base model (`trainer build-base` defaults):
@@ -399,7 +399,7 @@ def run_trl(model_dir: Path, out_dir: Path, sizes: Sizes, lr: float, seed: int =
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", default="trl,ours,uniform,async,hard")
+    ap.add_argument("--parts", default="trl,ours,hard,async,uniform", help="which parts (they run in this order)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of the whole pipeline")
     ap.add_argument("--json-out", type=Path, default=Path("bench/results/rl.json"))
     ap.add_argument("--lr", type=float, default=GRPOConfig().lr, help="learning rate for ours and TRL")
@@ -444,14 +444,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                 out["ours"] = run_online(b, "ours", pool, held, sizes.cycles, sampler=PassRateSampler(seed=0, kind_of=digits),
                                          grpo=grpo)
                 save()
-            if "uniform" in parts:
-                out["uniform"] = run_online(b, "uniform", pool, held, sizes.cycles, sampler=UniformSampler(0), grpo=grpo)
+            if "hard" in parts:
+                out["hard"] = run_hard(b, grpo)
                 save()
             if "async" in parts:
                 out["async"] = run_async_table(b, pool, grpo)
                 save()
-            if "hard" in parts:
-                out["hard"] = run_hard(b, grpo)
+            if "uniform" in parts:
+                out["uniform"] = run_online(b, "uniform", pool, held, sizes.cycles, sampler=UniformSampler(0), grpo=grpo)
+                save()
         finally:
             b.close()
     finally:
