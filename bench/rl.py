@@ -99,7 +99,7 @@ class Sizes:
     group: int = 8
     held_out: int = 100
     pool: int = 2000
-    trl_updates: int = 150
+    trl_updates: int = 100
     trl_every: int = 10
     async_updates: int = 6
     hard_cycles: int = 3
