@@ -50,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First, always: run as a script, this file's directory comes first on sys.path, and this file is
+# itself named collector.py, which would shadow the `collector` package.
+sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 from faker import Faker  # noqa: E402
@@ -278,8 +279,7 @@ def export_in_subprocess(db_url: str, out: Path) -> dict[str, Any]:
     code = (
         "import json, resource, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from collector._export import export\n"
-        "from collector._db import open_store\n"
+        "from collector import export, open_store\n"
         "s = open_store(sys.argv[1]); s.close()  # import and migrate-check cost outside the timing\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "t0 = time.perf_counter(); m = export(sys.argv[1], sys.argv[2], format='sft'); dt = time.perf_counter() - t0\n"
@@ -295,7 +295,7 @@ def export_in_subprocess(db_url: str, out: Path) -> dict[str, Any]:
 
 
 def profile_ingest(tmp: Path, bodies: list[bytes]) -> dict[str, Any]:
-    from collector._db import open_store
+    from collector import open_store
 
     store = open_store(f"sqlite:///{tmp / 'profile.db'}")
 
@@ -317,7 +317,7 @@ def profile_ingest(tmp: Path, bodies: list[bytes]) -> dict[str, Any]:
     parts = {
         "parse (TrajectoryBatch.model_validate_json)": cum("pydantic/main.py", "model_validate_json"),
         "anonymize (Anonymizer.trajectory)": cum("collector/_anonymize.py", "trajectory"),
-        "content_hash": cum("collector/_db.py", "content_hash"),
+        "content_hash": cum("collector/_ingest.py", "content_hash"),
         "score": cum("collector/_score.py", "score_trajectory"),
         "serialize (model_dump_json)": cum("pydantic/main.py", "model_dump_json"),
         "sql (execute + commit)": cum("sqlalchemy/engine/base.py", "execute") + cum("sqlalchemy/engine/base.py", "commit"),
@@ -419,8 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             results["ingest_workers"] = {"workers": args.workers, **summary(args.n, [r[0] for r in w]),
                                          **cpu_summary(args.n, [r[1] for r in w])}
 
-        from collector._db import open_store
-        from collector._export import export
+        from collector import export, open_store
 
         store = open_store(db_url)  # opening (and the migration check) is timed in the RSS runs below
         exp_runs, exp_cpu, raw_exp_runs = [], [], []

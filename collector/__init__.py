@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from ._anonymize import Anonymizer, AnonymizerState, Entity, anonymize_text, anonymize_trajectory
 from ._app import create_app
-from ._db import CollectorStats, GroupStats, PurgeResult, Store, open_store
-from ._export import ExportFilters, ExportManifest, export
+from ._purge import PurgeResult
+from ._store import CollectorStats, GroupStats, Store, open_store
+from ._export import export
+from ._export_manifest import ExportFilters, ExportManifest
 from ._serve import ServerHandle, serve_in_thread
 from ._settings import CollectorSettings
 from .errors import (

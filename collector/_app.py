@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from sdk import Feedback, IngestResult, TrajectoryBatch
 
 from . import _defaults
-from ._db import Store, open_store
+from ._store import Store, open_store
 from ._settings import CollectorSettings
 from .errors import StorageError, UnknownTrajectoryError
 

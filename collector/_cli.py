@@ -85,7 +85,7 @@ def serve(
     import uvicorn
 
     from ._app import create_app
-    from ._db import open_store
+    from ._store import open_store
 
     settings = _settings(db)
     auth = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API key (open)"
@@ -204,7 +204,7 @@ def stats(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Counts overall, per app and per served version; score sources and the quality model's AUC."""
-    from ._db import open_store
+    from ._store import open_store
 
     settings = _settings(db)
 
@@ -285,7 +285,7 @@ def purge(
 ) -> None:
     """Delete trajectories (and their feedback) by age and/or by a metadata key: retention and
     per-user deletion. Prints how many were deleted."""
-    from ._db import open_store
+    from ._store import open_store
 
     if older_than is None and not where:
         _fail("give --older-than DURATION and/or --where KEY=VALUE; purge never deletes everything", 2)

@@ -190,7 +190,7 @@ def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> No
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from collector._db import metadata
+    from collector._schema import metadata
 
     url = f"sqlite:///{tmp_path / 'fresh' / 'c.db'}"
     s1 = open_store(url)
@@ -213,7 +213,7 @@ def test_idempotent_insert_compiles_for_postgres() -> None:
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.dialects.postgresql import insert
 
-    from collector._db import TrajectoryRow
+    from collector._schema import TrajectoryRow
 
     stmt = insert(TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
     sql = str(stmt.compile(dialect=postgresql.dialect()))

@@ -1,0 +1,127 @@
+"""Ingest's hot path: a validated batch of trajectories becomes anonymized, scored rows, stored in one
+transaction, idempotently by id.
+
+Per batch, in this order:
+
+1. One indexed read finds the ids already stored: a client retrying a batch costs that read, not
+   the anonymizer (the most expensive step by far).
+2. Per new trajectory: anonymize (`Anonymizer.trajectory`, before anything else sees the text),
+   score (`_score.score_trajectory`), hash (`content_hash`) and serialize (`model_dump_json`, once).
+3. One multi-row `INSERT .. ON CONFLICT DO NOTHING .. RETURNING id` (SQLAlchemy's insertmanyvalues)
+   in one transaction, committed before the caller gets the result: a result (an HTTP 200) is a
+   durable acknowledgement, and a crash before the commit leaves none of the batch. An id a
+   concurrent request stored in between counts as a duplicate.
+
+Where the time goes (`bench/collector.py` measures it): the anonymizer is most of it; validation,
+hashing, serialization and SQLite together are the rest. The only dialect-specific piece is the
+idempotent insert (`sqlalchemy.dialects.{sqlite,postgresql}.insert`). Deliberately not here: HTTP
+(`_app.py`), dedup beyond the exact `content_hash` (export does near-dup), and raw SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from sdk import IngestResult, Trajectory
+
+from ._anonymize import Anonymizer
+from ._engine import short_error
+from ._schema import TrajectoryRow, to_naive_utc, utcnow
+from ._score import score_trajectory
+from .errors import StorageError
+
+
+def content_hash(traj: Trajectory) -> str:
+    """sha256 of the messages with whitespace collapsed and tool-call ids dropped.
+
+    Tool-call ids are random per run, so two episodes that said the same things hash the same.
+    """
+    norm = []
+    for m in traj.messages:
+        # " ".join(s.split()) is exactly `\s+` -> " " then strip (both split on str.isspace), and
+        # several times faster on prose than the regex, which took a fifth of ingest time.
+        d: dict[str, Any] = {"role": m.role, "content": " ".join(m.content.split()) if m.content else None}
+        if m.tool_calls:
+            d["tool_calls"] = [[tc.function.name, " ".join(tc.function.arguments.split())] for tc in m.tool_calls]
+        if m.name:
+            d["name"] = m.name
+        norm.append(d)
+    blob = json.dumps(norm, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def trajectory_row(t: Trajectory, now: datetime, anonymizer: Anonymizer | None) -> dict[str, Any]:
+    """The `trajectories` row of `t`: anonymized first unless `anonymizer` is None, then scored,
+    hashed and serialized once."""
+    if anonymizer is not None:
+        t = anonymizer.trajectory(t)
+    s = score_trajectory(t)
+    return {
+        "id": t.id,
+        "app": t.app,
+        "task_id": t.task_id,
+        "model": t.model,
+        "served_version": t.served_version,
+        "success": s.success,
+        "reward": s.reward,
+        "score": s.score,
+        "score_source": s.source,
+        "n_messages": len(t.messages),
+        "content_hash": content_hash(t),
+        "created_at": now,
+        "started_at": to_naive_utc(t.started_at),
+        "finished_at": to_naive_utc(t.finished_at),
+        "data": t.model_dump_json(),
+    }
+
+
+def insert_statement(dialect: str) -> Any:
+    """`INSERT .. ON CONFLICT (id) DO NOTHING RETURNING id` for `dialect` (the idempotent insert)."""
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    elif dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        raise StorageError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
+    return insert(TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
+
+
+def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories: Sequence[Trajectory]) -> IngestResult:
+    """Store `trajectories` in one transaction, idempotently by id (see the module docstring).
+
+    Ids already stored (or repeated within the batch) count as duplicates and are not rewritten:
+    within a batch the first occurrence wins. `anonymizer=None` stores the text as given (only for
+    data that was anonymized already).
+
+    Returns:
+        `IngestResult` with `ids` listing every id of the batch, in order (all are now stored).
+
+    Raises:
+        StorageError: the database failed; nothing of the batch was stored.
+    """
+    ids = [t.id for t in trajectories]
+    if not ids:
+        return IngestResult(accepted=0, duplicates=0, ids=[])
+    unique: dict[str, Trajectory] = {}
+    for t in trajectories:
+        unique.setdefault(t.id, t)
+    try:
+        with engine.connect() as conn:
+            q = sa.select(TrajectoryRow.id).where(TrajectoryRow.id.in_(list(unique)))  # type: ignore[attr-defined]
+            stored = set(conn.execute(q).scalars())
+        now = utcnow()
+        rows = [trajectory_row(t, now, anonymizer) for tid, t in unique.items() if tid not in stored]
+        inserted = 0
+        if rows:
+            with engine.begin() as conn:
+                inserted = len(conn.execute(insert_statement(engine.dialect.name), rows).scalars().all())
+    except sa.exc.SQLAlchemyError as e:
+        raise StorageError(f"could not store {len(ids)} trajectories: {short_error(e)}") from e
+    return IngestResult(accepted=inserted, duplicates=len(ids) - inserted, ids=ids)
