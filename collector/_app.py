@@ -3,10 +3,14 @@
 `POST /v1/trajectories` reads the body under a size cap (413 past it), refuses a declared
 non-JSON media type or a compressed body (415), validates it as a `TrajectoryBatch` (422 naming
 the bad field, or saying the body is empty or not UTF-8; nothing stored), then anonymizes, scores
-and stores the whole batch in one transaction, idempotently by trajectory id. The response is sent
-only after that transaction committed: a 200 is a durable acknowledgement, and a crash before it
-leaves none of the batch. Blocking work (anonymizer, database) runs in the thread pool so the
-event loop keeps accepting requests.
+and stores the whole batch in one transaction, idempotently by trajectory id (`_ingest.py`). The
+response is sent only after that transaction committed: a 200 is a durable acknowledgement, and a
+crash before it leaves none of the batch.
+
+Ingest is CPU-bound: the body is parsed and validated once (pydantic, from the raw bytes), and
+parsing, validation and storage run in one trip to the thread pool, so the event loop only reads
+bodies and writes responses; the result goes out as the bytes pydantic serialized, without a second
+validation by FastAPI's `response_model` (kept for the OpenAPI schema).
 
 Deliberately not here: curation and export (`_export.py`), rate limiting and TLS (put a proxy in
 front), and gzip request bodies (clients send batches of a few MB at most).
@@ -17,12 +21,12 @@ from __future__ import annotations
 import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -32,8 +36,6 @@ from . import _defaults
 from ._store import Store, open_store
 from ._settings import CollectorSettings
 from .errors import StorageError, UnknownTrajectoryError
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class FeedbackResult(BaseModel):
@@ -181,15 +183,19 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     batch_schema = {"content": {"application/json": {"schema": TrajectoryBatch.model_json_schema()}}, "required": True}
     feedback_schema = {"content": {"application/json": {"schema": Feedback.model_json_schema()}}, "required": True}
 
-    async def read_body(request: Request, model: type[M], what: str) -> M | JSONResponse:
-        """The request body as `model`: 415 for a non-JSON media type, 413 past the size cap,
-        a 422 response naming the problem when it does not validate."""
+    async def read_body(request: Request) -> bytes:
+        """The raw request body: 415 for a non-JSON media type, 413 past the size cap."""
         _check_media(request)
-        body = await _read_capped(request, settings.max_body_bytes)
+        return await _read_capped(request, settings.max_body_bytes)
+
+    def ingest_body(body: bytes) -> Response:
+        """Parse, validate and store one batch (in a pool thread): 422 when it does not validate."""
         try:
-            return model.model_validate_json(body)
+            batch = TrajectoryBatch.model_validate_json(body)
         except ValidationError as e:
-            return _parse_error(body, e, what)
+            return _parse_error(body, e, "trajectory batch")
+        result = the_store.add_trajectories(batch.trajectories)
+        return Response(result.model_dump_json(), media_type="application/json")
 
     @app.post(
         "/v1/trajectories",
@@ -197,13 +203,11 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         dependencies=[Depends(require_key)],
         openapi_extra={"requestBody": batch_schema},
     )
-    async def ingest(request: Request) -> IngestResult:
+    async def ingest(request: Request) -> Response:
         """Anonymize, score and store a batch of trajectories (idempotent by id)."""
-        batch = await read_body(request, TrajectoryBatch, "trajectory batch")
-        if isinstance(batch, JSONResponse):
-            return batch  # type: ignore[return-value]
+        body = await read_body(request)
         # Awaited to the end: the 200 leaves only after the batch's transaction committed.
-        return await run_in_threadpool(the_store.add_trajectories, batch.trajectories)
+        return await run_in_threadpool(ingest_body, body)
 
     @app.post(
         "/v1/feedback",
@@ -213,9 +217,11 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     )
     async def feedback(request: Request) -> Any:
         """Join late user feedback to a stored trajectory (404 if the id is unknown)."""
-        fb = await read_body(request, Feedback, "feedback")
-        if isinstance(fb, JSONResponse):
-            return fb
+        body = await read_body(request)
+        try:
+            fb = Feedback.model_validate_json(body)
+        except ValidationError as e:
+            return _parse_error(body, e, "feedback")
         try:
             fid = await run_in_threadpool(the_store.add_feedback, fb)
         except UnknownTrajectoryError as e:
