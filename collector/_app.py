@@ -5,7 +5,9 @@ non-JSON media type or a compressed body (415), validates it as a `TrajectoryBat
 the bad field, or saying the body is empty or not UTF-8; nothing stored), then anonymizes, scores
 and stores the whole batch in one transaction, idempotently by trajectory id (`_ingest.py`). The
 response is sent only after that transaction committed: a 200 is a durable acknowledgement, and a
-crash before it leaves none of the batch.
+crash before it leaves none of the batch. A batch over the cap is refused whole: the SDK client
+does not split it, it moves it to its spool's `rejected/` directory, so clients keep batches
+below the cap (the SDK's `batch_size`).
 
 Ingest is CPU-bound: the body is parsed and validated once (pydantic, from the raw bytes), and
 parsing, validation and storage run in one trip to the thread pool, so the event loop only reads
@@ -83,7 +85,7 @@ def _check_media(request: Request) -> None:
         raise HTTPException(
             status_code=415,
             detail=f"Content-Encoding {encoding!r} is not supported: send the body uncompressed "
-            "(batches are at most a few MB; the SDK client splits larger ones)",
+            "(batches are at most a few MB)",
         )
 
 
@@ -112,7 +114,7 @@ async def _read_capped(request: Request, cap: int) -> bytes:
     too_big = HTTPException(
         status_code=413,
         detail=f"request body exceeds the collector's limit of {cap} bytes: send smaller batches "
-        "(the SDK client splits them) or raise CollectorSettings.max_body_bytes",
+        "(a lower batch_size in the SDK's CollectorClient) or raise CollectorSettings.max_body_bytes",
     )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:

@@ -110,9 +110,9 @@ class _Sink:
 
 
 def _check_format(fmt: str) -> None:
-    if fmt not in _defaults.EXPORT_FORMATS_SUPPORTED:
+    if fmt not in _defaults.EXPORT_FORMATS:
         raise UnsupportedFormatError(
-            f"unknown export format {fmt!r}: choose one of {', '.join(_defaults.EXPORT_FORMATS_SUPPORTED)}"
+            f"unknown export format {fmt!r}: choose one of {', '.join(_defaults.EXPORT_FORMATS)}"
         )
 
 
