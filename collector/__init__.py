@@ -4,7 +4,7 @@ into training data by `collector export`.
 Public API:
 
 - `CollectorSettings`, `create_app`, `serve_in_thread` / `ServerHandle`: the ingest service.
-- `Store`, `open_store`, `CollectorStats`, `GroupStats`: the database (SQLite or Postgres,
+- `Store`, `open_store`, `CollectorStats`, `GroupStats`, `WindowStats`: the database (SQLite or Postgres,
   schema by Alembic migrations).
 - `anonymize_text`, `anonymize_trajectory`, `AnonymizerState`, `Entity`: the anonymizer.
 - `export`, `ExportManifest`, `ExportFilters`: training data export.
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from ._anonymize import Anonymizer, AnonymizerState, Entity, anonymize_text, anonymize_trajectory
 from ._app import create_app
-from ._purge import PurgeResult
-from ._store import CollectorStats, GroupStats, Store, open_store
 from ._export import export
 from ._export_manifest import ExportFilters, ExportManifest
+from ._purge import PurgeResult
 from ._serve import ServerHandle, serve_in_thread
 from ._settings import CollectorSettings
+from ._store import CollectorStats, GroupStats, Store, WindowStats, open_store
 from .errors import (
     CollectorError,
     ConfigError,
@@ -50,6 +50,7 @@ __all__ = [
     "Store",
     "UnknownTrajectoryError",
     "UnsupportedFormatError",
+    "WindowStats",
     "anonymize_text",
     "anonymize_trajectory",
     "create_app",

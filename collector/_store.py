@@ -7,7 +7,7 @@ through the same code. Its jobs, each in its own module where it is more than a 
 - feedback: `add_feedback`, anonymized, its score recomposed in the same transaction;
 - scoring state: `recompose_scores`, `save_score_model`, `score_model` (`_score.py`, `_curate.py`);
 - retention: `purge` (`_purge.py`);
-- reads: `get`, `feedback_for`, `count`, `stats`.
+- reads: `get`, `feedback_for`, `count`, `window_stats`, `stats`.
 
 Everything that writes text anonymizes it first, so no caller can store raw text by going around
 the HTTP API. Thread-safe: one engine, a connection or session per call. Deliberately not here:
@@ -33,7 +33,7 @@ from ._anonymize import Anonymizer, default_anonymizer
 from ._engine import make_engine, short_error
 from ._migrate import migrate
 from ._purge import PurgeResult
-from ._schema import FeedbackRow, ScoreModelRow, TrajectoryRow, utcnow
+from ._schema import FeedbackRow, ScoreModelRow, TrajectoryRow, to_naive_utc, utcnow
 from ._score import SOURCES, score_sql
 from .errors import StorageError, UnknownTrajectoryError
 
@@ -73,6 +73,28 @@ class CollectorStats:
         from dataclasses import asdict
 
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Counts over the trajectories one query selects (an app, a served version, an ingest-time window):
+    what the trainer's scheduler reads for its new-data and drift triggers."""
+
+    total: int
+    #: rows with a final score (`score` not null)
+    scored: int
+    #: rows whose verifier decided success or failure
+    with_outcome: int
+    successes: int
+    #: rows with at least one user rating
+    with_feedback: int
+    #: mean user rating in [-1, 1] over `with_feedback` rows
+    mean_feedback: float | None
+
+    @property
+    def success_rate(self) -> float | None:
+        """successes / with_outcome, or None without outcomes."""
+        return self.successes / self.with_outcome if self.with_outcome else None
 
 
 class Store:
@@ -222,6 +244,39 @@ class Store:
         """Number of stored trajectories."""
         with Session(self.engine) as session:
             return int(session.exec(select(sa.func.count()).select_from(TrajectoryRow)).one())
+
+    def window_stats(
+        self,
+        *,
+        app: str | None = None,
+        served_version: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> WindowStats:
+        """Counts over the trajectories of `app` served by `served_version`, ingested in [since, until)
+        (None: no bound; naive datetimes are UTC). One aggregate query on indexed columns."""
+        t = TrajectoryRow
+        cond = [sa.true()]
+        if app is not None:
+            cond.append(t.app == app)
+        if served_version is not None:
+            cond.append(t.served_version == served_version)
+        if since is not None:
+            cond.append(t.created_at >= to_naive_utc(since))
+        if until is not None:
+            cond.append(t.created_at < to_naive_utc(until))
+        q = sa.select(
+            sa.func.count(),
+            sa.func.count(t.score),
+            sa.func.count(t.success),
+            sa.func.coalesce(sa.func.sum(sa.case((t.success.is_(True), 1), else_=0)), 0),  # type: ignore[union-attr]
+            sa.func.count(t.feedback_rating),
+            sa.func.avg(t.feedback_rating),
+        ).where(*cond)
+        with Session(self.engine) as session:
+            r = session.execute(q).one()
+        return WindowStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                           float(r[5]) if r[5] is not None else None)
 
     def _group(self, session: Session, key: Any = None) -> Iterable[tuple[Any, ...]]:
         t = TrajectoryRow

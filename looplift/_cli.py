@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ._signals import Shutdown, shutdown_on_signals
 
@@ -49,7 +50,8 @@ _mount("sandboxes._cli", "app", "sandbox", "sandboxes", "Sandboxes: build the im
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -99,10 +101,18 @@ def up(
     collector_port: int = typer.Option(8100, help="Collector port."),
     host: str = typer.Option("127.0.0.1", help="Interface to bind the gateway and collector to."),
     sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
+    retrain: Optional[str] = typer.Option(None, "--retrain", help="Run the retrain scheduler inside the stack on this "
+                                                                  "cron expression (e.g. '0 3 * * *'); also on when "
+                                                                  "looplift.toml has [schedule] triggers."),
+    eval_spec: Optional[str] = typer.Option(None, "--eval", help="Eval suite the retrain gate runs (PKG.MODULE:ATTR or "
+                                                                 "a prompt-suite .jsonl; default [trainer].eval)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="looplift.toml (default ./looplift.toml, then "
+                                                                 "$LOOPLIFT_HOME/looplift.toml)."),
 ) -> None:
     """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C / SIGTERM."""
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    plan = _plan_retrain(config, retrain, eval_spec)  # a bad cron or suite fails before anything starts
     for flag, port in (("--gateway-port", gateway_port), ("--collector-port", collector_port)):
         if not _port_free(host, port):  # fail before building a model and the ~40 s vLLM start, not after it
             raise _fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
@@ -110,14 +120,30 @@ def up(
         raise _fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
     try:
         with shutdown_on_signals():
-            _up(model, host, gateway_port, collector_port, sandbox)
+            _up(model, host, gateway_port, collector_port, sandbox, plan)
     except Shutdown:
         console.print("stopped")
     except _known_errors() as e:
         raise _fail(str(e)) from None
 
 
-def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str]) -> None:
+def _plan_retrain(config: Optional[Path], retrain: Optional[str], eval_spec: Optional[str]) -> Any:
+    """The checked retrain plan (None: no scheduler), or a one-line error before anything starts."""
+    try:
+        from ._retrain import plan_retrain
+
+        return plan_retrain(config, retrain, eval_spec)
+    except ImportError as e:
+        if retrain is None and eval_spec is None and config is None:
+            return None  # no [trainer] extra and nothing asked for: `up` serves without a scheduler
+        raise _fail(f"--retrain needs the [trainer] extra ({e}); install it with `pip install 'looplift[trainer]'`",
+                    2) from None
+    except _known_errors() as e:
+        raise _fail(str(e), 2) from None
+
+
+def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str],
+        plan: Any = None) -> None:
     import time
 
     from sdk import looplift_home
@@ -141,7 +167,14 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
     config = StackConfig(model_dir=model, gateway=GatewaySettings.from_env(), collector=collector_settings, host=host,
                          gateway_port=gateway_port, collector_port=collector_port,
                          vllm_log=home / "logs" / "vllm.log")
-    with Stack(config) as stack:
+    if plan is not None and collector_settings is None:
+        raise _fail("--retrain needs the collector (install `looplift[collector]`): the job trains on its data", 2)
+    from ._retrain import retrain_in_stack
+
+    with Stack(config) as stack, retrain_in_stack(
+            plan, gateway_url=stack.gateway.url, db_url=collector_settings.db_url if plan else "",
+            admin_token=config.gateway.admin_token, model_dir=model,
+            say=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False)):
         info = {"gateway": stack.gateway.url + "/v1", "collector": stack.collector.url if stack.collector else None,
                 "model": str(model), "sandbox": backend, "admin_token_file": str(home / "admin.token"),
                 "collector_key_file": str(home / "collector.key"), "home": str(home)}
@@ -199,12 +232,15 @@ def _print_demo(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="held-out success per cycle")
-    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "seconds"):
+    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "gate b/c, p",
+                "seconds"):
         table.add_column(col, justify="right")
     for c in result["cycles"]:
+        g = c.get("gate_figures")
+        figures = "-" if not g else f"{g['b']}/{g['c']}, p={g['p_value']:.2g}"
         table.add_row(str(c["cycle"]), c["version"], f"{c['held_out_success']:.0%}", str(c["episodes"]),
                       str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
-                      "yes" if c["promoted"] else "no", f"{c['seconds']:.0f}")
+                      "yes" if c["promoted"] else "no", figures, f"{c['seconds']:.0f}")
     Console(width=max(100, Console().width)).print(table)
     console.print(f"failed requests during swaps: {result['swap_failed_requests']} of {result['swap_requests']}")
     console.print(f"wrote {result['json_out']} and chart {result.get('chart')}  (total {result['total_seconds']:.0f} s)")

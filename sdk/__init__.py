@@ -7,6 +7,7 @@ from ._collector_client import ClientStats, CollectorClient
 from ._env import Environment, StepResult, Verifier
 from ._home import looplift_home
 from ._loop import Sampling, arun, run
+from ._suite import Budget, EnvFamily, EvalSuite, Policy, task_slice
 from ._types import (
     TRAJECTORY_SCHEMA_VERSION,
     Feedback,
@@ -15,13 +16,22 @@ from ._types import (
     Outcome,
     Step,
     Task,
+    ToolCall,
+    ToolCallFunction,
     Trajectory,
     TrajectoryBatch,
     TurnTokens,
 )
 
 __all__ = [
+    "Budget",
     "ClientStats",
+    "EnvFamily",
+    "EvalSuite",
+    "Policy",
+    "ToolCall",
+    "ToolCallFunction",
+    "task_slice",
     "CollectorClient",
     "Sampling",
     "arun",

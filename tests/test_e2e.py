@@ -51,13 +51,14 @@ def test_demo_closes_the_loop(home: Path, tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     c0, c1 = result["cycles"]
     assert c0["cycle"] == 0 and c0["version"] == "policy-v0" and c0["episodes"] == 0
-    assert 0.0 <= c0["held_out_success"] <= 1.0
     assert c1["episodes"] == 128 and c1["exported"] > 0 and c1["train_loss"] is not None
-    # The gate decides: a promotion means the new version serves and scored higher on held-out tasks.
-    if c1["promoted"]:
-        assert c1["version"] == "policy-v1" and c1["held_out_success"] > c0["held_out_success"]
-    else:
-        assert c1["version"] == "policy-v0"
+    # The headline: one cycle of learning from its own verified work lifts held-out success far above the
+    # base model's, and the gate promotes it. Measured so far: ~+50 points (39% -> 92% with 256 rollouts;
+    # with 128 rollouts and 60 held-out tasks the lift is smaller but well above the +30 asserted here,
+    # which no sampling wobble of an untrained candidate reaches).
+    assert c0["held_out_success"] <= 0.5, c0
+    assert c1["promoted"] and c1["version"] == "policy-v1", c1
+    assert c1["held_out_success"] >= c0["held_out_success"] + 0.30, (c0, c1)
     assert result["swap_failed_requests"] == 0
     assert result["sandbox_backend"] == detect_backend()
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -67,7 +68,14 @@ def test_demo_closes_the_loop(home: Path, tmp_path: Path) -> None:
 def test_up_serves_the_example_and_the_collector(home: Path) -> None:
     gw, col = _free_port(), _free_port()
     log = open(home / "up.log", "w")
-    up = subprocess.Popen([str(BIN / "looplift"), "up", "--gateway-port", str(gw), "--collector-port", str(col)],
+    # `--model DIR` must not import torch (a [server]-only install has none): -X importtime lists every
+    # module `looplift up` itself imports (vLLM, a child process, is not traced).
+    if not list((home / "models").glob("tiny-*/config.json")):  # run alone, without the demo test's cache
+        subprocess.run([str(BIN / "trainer"), "build-base"], env=_env(home), check=True, capture_output=True,
+                       timeout=1200)
+    model = next(p.parent for p in sorted((home / "models").glob("tiny-*/config.json")))
+    up = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "looplift", "up", "--model", str(model),
+                           "--gateway-port", str(gw), "--collector-port", str(col)],
                           env=_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
@@ -96,7 +104,8 @@ def test_up_serves_the_example_and_the_collector(home: Path) -> None:
         # `trainer run` against the running stack: one job, then the same job again is a no-op.
         def trainer_run() -> dict:
             p = subprocess.run([str(BIN / "trainer"), "run", "--gateway", f"http://127.0.0.1:{gw}",
-                                "--min-reward", "0", "--min-examples", "1", "--json"],
+                                "--eval", "sandboxes:arithmetic_suite", "--min-reward", "0", "--min-examples", "1",
+                                "--json"],
                                env=_env(home), capture_output=True, text=True, timeout=600)
             assert p.returncode == 0, p.stderr[-3000:]
             return json.loads(p.stdout.strip().splitlines()[-1])
@@ -114,8 +123,12 @@ def test_up_serves_the_example_and_the_collector(home: Path) -> None:
             os.killpg(up.pid, signal.SIGKILL)
             raise
         log.close()
-    assert rc == 0, (home / "up.log").read_text()[-3000:]
-    assert "stopped" in (home / "up.log").read_text()
+    out = (home / "up.log").read_text()
+    assert rc == 0, out[-3000:]
+    assert "stopped" in out
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.splitlines() if line.startswith("import time:")}
+    assert "server" in imported and "collector" in imported  # the trace is there ...
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "transformers", "peft")}  # ... and torch is not
 
 
 @pytest.mark.parametrize("flag", ["--gateway-port", "--collector-port"])
