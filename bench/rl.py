@@ -2,7 +2,7 @@
 in one run on one machine, plus where our loop's wall time goes, what the pass-rate sampler saves,
 sync vs async, and SFT vs GRPO on a hard split.
 
-Run: `.venv/bin/python bench/rl.py [--parts trl,ours,hard,async,uniform] [--quick] [--json-out bench/results/rl.json]`
+Run: `.venv/bin/python bench/rl.py [--parts async,hard,trl,ours,uniform] [--quick] [--json-out bench/results/rl.json]`
 (under `flock /tmp/looplift-heavy.lock` on a shared machine).
 
 Parts, all from the same cached tiny base model (`trainer build-base` defaults):
@@ -104,6 +104,8 @@ class Sizes:
     async_updates: int = 6
     hard_cycles: int = 3
     hard_episodes: int = 256
+    eval_every: int = 2
+    """Ours/uniform: evaluate every n-th update's version on the held-out set (and each cycle's last)."""
 
 
 QUICK = Sizes(cycles=2, updates_per_cycle=2, tasks_per_update=4, group=4, held_out=20, pool=32, trl_updates=4,
@@ -252,7 +254,7 @@ def run_online(b: Bench, name: str, pool: list[Task], held: EvalSuite, cycles: i
         if evaluate_each:  # every version this cycle made, while each is still loaded
             te = time.monotonic()
             for p in points[first:]:
-                if p["version"]:
+                if p["version"] and (p["update"] % s.eval_every == 0 or p is points[-1]):
                     p.update(b.eval_version(p["version"], held))
             eval_s += time.monotonic() - te
             print(f"  {name} curve: {[(p['rollouts'], p.get('whole_episode')) for p in points[first:]]}", flush=True)
@@ -399,13 +401,15 @@ def run_trl(model_dir: Path, out_dir: Path, sizes: Sizes, lr: float, seed: int =
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", default="trl,ours,hard,async,uniform", help="which parts (they run in this order)")
+    ap.add_argument("--parts", default="async,hard,trl,ours,uniform", help="which parts, in the order they run")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of the whole pipeline")
     ap.add_argument("--json-out", type=Path, default=Path("bench/results/rl.json"))
     ap.add_argument("--lr", type=float, default=GRPOConfig().lr, help="learning rate for ours and TRL")
     ap.add_argument("--trl-lrs", default="", help="comma-separated extra TRL learning rates to also try")
     args = ap.parse_args(argv)
-    parts = set(args.parts.split(","))
+    parts = [p for p in args.parts.split(",") if p]
+    if unknown := set(parts) - {"trl", "ours", "hard", "async", "uniform"}:
+        ap.error(f"unknown part(s) {sorted(unknown)}")
     sizes = QUICK if args.quick else Sizes()
     grpo = GRPOConfig(lr=args.lr)
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -421,37 +425,34 @@ def main(argv: Optional[list[str]] = None) -> int:
     state = Path(tempfile.mkdtemp(prefix="looplift-bench-rl-"))
     t_all = time.monotonic()
     try:
-        if "trl" in parts:
-            out["trl"] = [run_trl(model_dir, state, sizes, lr) for lr in
-                          [args.lr, *[float(x) for x in args.trl_lrs.split(",") if x]]]
-            print(f"trl trained: {[r['checkpoints'][-1] for r in out['trl']]}", flush=True)
-            save()
         b = Bench(model_dir, state, sizes)
         try:
             held = b.suite(f"arithmetic-held-out-{sizes.held_out}", held_out_tasks(sizes.held_out))
             pool = training_tasks(sizes.pool, seed=1001)
-            if "trl" in parts:
-                b.gateway("trl")
-                for run in out["trl"]:
-                    for m in run["checkpoints"]:
-                        m.update(b.eval_version(b.admin().load(m["adapter"]).name, held))
-                    run["reach_first_turn"] = _reach(run["checkpoints"], "first_turn")
-                    run["reach_whole_episode"] = _reach(run["checkpoints"], "whole_episode")
-                    print(f"trl lr={run['lr']}: {[(m['rollouts'], m['first_turn'], m['whole_episode']) for m in run['checkpoints']]}",
-                          flush=True)
-                save()
-            if "ours" in parts:
-                out["ours"] = run_online(b, "ours", pool, held, sizes.cycles, sampler=PassRateSampler(seed=0, kind_of=digits),
-                                         grpo=grpo)
-                save()
-            if "hard" in parts:
-                out["hard"] = run_hard(b, grpo)
-                save()
-            if "async" in parts:
-                out["async"] = run_async_table(b, pool, grpo)
-                save()
-            if "uniform" in parts:
-                out["uniform"] = run_online(b, "uniform", pool, held, sizes.cycles, sampler=UniformSampler(0), grpo=grpo)
+            for part in parts:  # in the order given: a run cut short by its time limit keeps the parts done
+                t_part = time.monotonic()
+                if part == "trl":
+                    out["trl"] = [run_trl(model_dir, state, sizes, lr) for lr in
+                                  [args.lr, *[float(x) for x in args.trl_lrs.split(",") if x]]]
+                    b.gateway("trl")
+                    for run in out["trl"]:
+                        for m in run["checkpoints"]:
+                            m.update(b.eval_version(b.admin().load(m["adapter"]).name, held))
+                        run["reach_first_turn"] = _reach(run["checkpoints"], "first_turn")
+                        run["reach_whole_episode"] = _reach(run["checkpoints"], "whole_episode")
+                        print(f"trl lr={run['lr']}: {[(m['rollouts'], m['first_turn'], m['whole_episode']) for m in run['checkpoints']]}",
+                              flush=True)
+                elif part == "ours":
+                    out["ours"] = run_online(b, "ours", pool, held, sizes.cycles,
+                                             sampler=PassRateSampler(seed=0, kind_of=digits), grpo=grpo)
+                elif part == "hard":
+                    out["hard"] = run_hard(b, grpo)
+                elif part == "async":
+                    out["async"] = run_async_table(b, pool, grpo)
+                elif part == "uniform":
+                    out["uniform"] = run_online(b, "uniform", pool, held, sizes.cycles, sampler=UniformSampler(0),
+                                                grpo=grpo)
+                out.setdefault("part_s", {})[part] = round(time.monotonic() - t_part, 1)
                 save()
         finally:
             b.close()
