@@ -49,7 +49,7 @@ from typing import Any
 from . import _defaults
 from ._base import OutputCallback, Sandbox, _CappedBuffer, _Outcome
 from ._config import SandboxConfig
-from ._engine import _import_docker, docker_client, require_image
+from ._engine import _engine_address, _import_docker, docker_client, require_image
 from .errors import SandboxBrokenError, SandboxStartError
 
 __all__ = ["DockerSandbox"]
@@ -144,18 +144,20 @@ def _reap_once(client: Any) -> None:
 class DockerSandbox(Sandbox):
     """A sandbox backed by one hardened Docker container (see the module docstring for the limits).
 
-    `client` lets a pool share one docker-py client; by default the sandbox makes its own from the
-    environment (`DOCKER_HOST`). Raises `EngineUnavailableError`, `ImageNotFoundError` or
+    `client` lets a pool share one docker-py client; by default the sandbox makes its own for `engine`
+    (a DOCKER_HOST-style URL; default the environment's `DOCKER_HOST`). Raises `EngineUnavailableError`, `ImageNotFoundError` or
     `SandboxStartError` when it cannot start.
     """
 
     backend = "docker"
 
-    def __init__(self, config: SandboxConfig | None = None, *, client: Any = None) -> None:
+    def __init__(self, config: SandboxConfig | None = None, *, client: Any = None, engine: str | None = None) -> None:
         super().__init__(config or SandboxConfig())
         self._docker = _import_docker()
         self._owns_client = client is None
-        self._client = client if client is not None else docker_client()
+        self._client = client if client is not None else docker_client(url=engine)
+        #: URL of the engine the container runs on (DOCKER_HOST syntax).
+        self.engine: str = engine or getattr(self._client, "looplift_engine_url", None) or _engine_address()
         self._api = self._client.api
         require_image(self._client, self.config.image)
         _reap_once(self._client)  # containers leaked by killed processes are removed once per process
