@@ -189,11 +189,13 @@ class EnginePlacer:
     # -- what it knows ----------------------------------------------------------------------------------
 
     def status(self) -> list[dict[str, Any]]:
-        """Per engine: url, capacity, sandboxes (live ones started here), up, error, started (ever)."""
+        """Per engine: url, capacity, sandboxes (live ones started here), up (its last start or connect worked),
+        error (the last failure), retry_in_s (back-off left before it is tried again), started (ever)."""
         now = time.monotonic()
         with self._lock:
-            return [{"url": e.spec.url, "capacity": e.capacity, "sandboxes": e.load(), "up": e.down_until <= now
-                     and e.client is not None, "error": e.error, "started": e.started} for e in self._engines]
+            return [{"url": e.spec.url, "capacity": e.capacity, "sandboxes": e.load(),
+                     "up": e.error is None and e.client is not None, "error": e.error,
+                     "retry_in_s": round(max(0.0, e.down_until - now), 1), "started": e.started} for e in self._engines]
 
     def _describe(self, e: _Engine) -> str:
         if e.error and e.down_until > time.monotonic():

@@ -52,7 +52,12 @@ def _emit(result: BaseModel, as_json: bool, render: Callable[[Any], None]) -> No
 
 @app.command()
 def start(
-    model: Path = typer.Option(..., "--model", help="HF model directory vLLM serves as version 0."),
+    model: Optional[Path] = typer.Option(None, "--model", help="HF model directory vLLM serves as version 0 (this "
+                                                               "command starts vLLM)."),
+    upstream: Optional[str] = typer.Option(None, "--upstream", help="URL of a vLLM started elsewhere (a GPU node, a "
+                                           "Kubernetes service), instead of --model. It must serve the base model as "
+                                           "<alias>-v0 (--served-model-name policy-v0) with runtime LoRA enabled and "
+                                           "read adapter paths as the gateway names them (a shared volume)."),
     port: int = typer.Option(D.GATEWAY_PORT, "--port", help="Gateway port."),
     vllm_port: int = typer.Option(D.VLLM_PORT, "--vllm-port", help="vLLM port (0: a free one)."),
     alias: str = typer.Option(D.ALIAS, "--alias", help="Alias clients request; versions are <alias>-v<N>."),
@@ -62,28 +67,38 @@ def start(
     kv_cache_gib: float = typer.Option(D.CPU_KVCACHE_GIB, "--kv-cache-gib", help="VLLM_CPU_KVCACHE_SPACE (CPU only)."),
     timeout: float = typer.Option(D.VLLM_START_TIMEOUT_S, "--timeout", help="Seconds to wait for vLLM to be healthy."),
 ) -> None:
-    """Start vLLM and the gateway in the foreground; Ctrl-C stops both."""
+    """Start vLLM and the gateway in the foreground (or only the gateway, with --upstream); Ctrl-C stops both."""
     from ._serve import start_gateway_in_thread
     from ._settings import GatewaySettings, looplift_home, version_name
     from ._vllm import VLLMConfig, start_vllm
 
+    if (model is None) == (upstream is None):
+        err.print("[red]error:[/red] give exactly one of --model DIR (start vLLM here) or --upstream URL (a vLLM "
+                  "started elsewhere)", highlight=False)
+        raise typer.Exit(2)
     settings = _run(lambda: GatewaySettings.from_env(alias=alias, max_lora_rank=max_lora_rank))
-    cfg = VLLMConfig(
-        model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
-        max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
-    )
-    with out.status("starting vLLM…") as status:
-        vllm = _run(lambda: start_vllm(cfg, progress=lambda s, line: status.update(
-            f"starting vLLM… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
-    out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
     stop = threading.Event()
-    vllm.start_watchdog(on_death=lambda e: stop.set())
+    vllm = None
+    if model is not None:
+        cfg = VLLMConfig(
+            model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
+            max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
+        )
+        with out.status("starting vLLM…") as status:
+            vllm = _run(lambda: start_vllm(cfg, progress=lambda s, line: status.update(
+                f"starting vLLM… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
+        out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
+        vllm.start_watchdog(on_death=lambda e: stop.set())
+    upstream_url = vllm.url if vllm is not None else str(upstream).rstrip("/")
     try:
-        gw = _run(lambda: start_gateway_in_thread(settings, vllm.url, host, port))
+        # With --upstream the registry reconciles with that vLLM when it first answers (startup or first request).
+        gw = _run(lambda: start_gateway_in_thread(settings, upstream_url, host, port))
     except typer.Exit:
-        vllm.stop()
+        if vllm is not None:
+            vllm.stop()
         raise
-    out.print(f"gateway at {gw.url}/v1  (alias [bold]{alias}[/bold] -> {gw.app.state.registry.serving})")
+    out.print(f"gateway at {gw.url}/v1 over {upstream_url}  (alias [bold]{alias}[/bold] -> "
+              f"{gw.app.state.registry.serving})")
     out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
     # SIGTERM (from a supervisor) shuts down as cleanly as Ctrl-C; SIGINT is handled explicitly
     # because a shell starting us in the background leaves it ignored.
@@ -98,10 +113,11 @@ def start(
         pass
     out.print("stopping…")
     gw.stop()
-    vllm.stop()
-    if vllm.died is not None:
-        err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
-        raise typer.Exit(1)
+    if vllm is not None:
+        vllm.stop()
+        if vllm.died is not None:
+            err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
+            raise typer.Exit(1)
 
 
 def _versions_table(v: VersionsView) -> None:
