@@ -1,5 +1,5 @@
 """The `looplift` command: `up` (the whole stack in the foreground), `demo` (the closed loop), and the
-component groups `server`, `collector`, `trainer`, `sandbox`.
+component groups `server`, `collector`, `trainer`, `sandbox`, `env`.
 
 A group whose extra is not installed is still listed; using it says which extra to install. `up` and
 `demo` handle SIGTERM/SIGINT/SIGHUP from their first line (`_signals`), stop everything they started
@@ -47,6 +47,7 @@ _mount("server._cli", "app", "server", "server", "Gateway over vLLM: start, vers
 _mount("collector._cli", "app", "collector", "collector", "Collector: serve, export, score, stats, purge, anonymize.")
 _mount("trainer._cli", "app", "trainer", "trainer", "Trainer: build the base model, SFT, the retrain job.")
 _mount("sandboxes._cli", "app", "sandbox", "sandboxes", "Sandboxes: build the image, exec a command.")
+_mount("looplift._env_cli", "app", "env", "sandboxes", "Task families: list them, try one with a reference policy.")
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -176,9 +177,13 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
             admin_token=config.gateway.admin_token, model_dir=model,
             say=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False)):
         info = {"gateway": stack.gateway.url + "/v1", "collector": stack.collector.url if stack.collector else None,
+                "dashboard": stack.collector.url + "/dashboard" if stack.collector else None,
                 "model": str(model), "sandbox": backend, "admin_token_file": str(home / "admin.token"),
                 "collector_key_file": str(home / "collector.key"), "home": str(home)}
         console.print_json(json.dumps(info))
+        if stack.collector:  # the token travels in the fragment, which the browser never sends to a server
+            console.print(f"dashboard: {stack.collector.url}/dashboard#token={config.gateway.admin_token}", highlight=False,
+                          soft_wrap=True)
         console.print("[green]ready[/green] — Ctrl-C to stop")
         while True:
             time.sleep(1.0)
@@ -244,6 +249,36 @@ def _print_demo(result: dict[str, Any]) -> None:
     Console(width=max(100, Console().width)).print(table)
     console.print(f"failed requests during swaps: {result['swap_failed_requests']} of {result['swap_requests']}")
     console.print(f"wrote {result['json_out']} and chart {result.get('chart')}  (total {result['total_seconds']:.0f} s)")
+
+
+@app.command()
+def status(
+    gateway: Optional[str] = typer.Option(None, help="Gateway URL (default $LOOPLIFT_GATEWAY_URL or http://127.0.0.1:8000)."),
+    collector: Optional[str] = typer.Option(None, help="Collector URL (default $LOOPLIFT_COLLECTOR_URL or "
+                                                       "http://127.0.0.1:8100)."),
+    db: Optional[str] = typer.Option(None, "--db", help="Collector database URL (default: [trainer].db, "
+                                                        "$LOOPLIFT_COLLECTOR_DB, sqlite:///$LOOPLIFT_HOME/collector.db)."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token (default $LOOPLIFT_ADMIN_TOKEN or "
+                                                              "$LOOPLIFT_HOME/admin.token)."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Retrain history (default [trainer].runs_dir or "
+                                                                     "$LOOPLIFT_HOME/trainer/runs)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="looplift.toml (default ./looplift.toml, then "
+                                                                 "$LOOPLIFT_HOME/looplift.toml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts)."),
+) -> None:
+    """What serves and since when, its gate figures, live success over the last hour, pending data, the next
+    retrain, and anything unhealthy. Exit code 1 when something is unhealthy or unreachable."""
+    from ._status import default_options, gather, render
+
+    result = gather(default_options(gateway, collector, db, token, runs_dir, config))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        out = Console(soft_wrap=True)
+        for line in render(result):
+            out.print(line, highlight=False)
+    if not result["healthy"]:
+        raise typer.Exit(1)
 
 
 def main() -> None:

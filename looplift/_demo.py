@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import httpx
 
@@ -55,6 +55,9 @@ class DemoConfig:
     json_out: Path = Path("bench/results/demo.json")
     chart_out: Optional[Path] = None
     """Default: beside json_out, with a .png suffix."""
+    before_stop: Optional[Callable[[dict[str, str]], None]] = None
+    """Called with the running stack's `gateway`, `collector`, `admin_token` and `state` after the last cycle and
+    before the stack stops (scripts/dashboard_screenshot.py photographs the dashboard there)."""
 
 
 @dataclass
@@ -148,6 +151,9 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
         loop = _Loop(config, progress, stack.gateway.url, admin_token, db_url, model_dir, state, pool, client)
         with progress:
             loop.run()
+        if config.before_stop is not None:
+            config.before_stop({"gateway": stack.gateway.url, "collector": stack.collector.url,
+                                "admin_token": admin_token, "state": str(state)})
     result = {
         "cycles": [r.__dict__ for r in loop.records],
         "swap_requests": loop.canary_sent,

@@ -57,9 +57,14 @@ class Stack:
             self.gateway = start_gateway_in_thread(cfg.gateway, self.vllm.url, cfg.host, cfg.gateway_port)
             self._exit.callback(self.gateway.stop)
             if cfg.collector is not None:
+                from pydantic import SecretStr
+
                 from collector import serve_in_thread
 
-                self.collector = serve_in_thread(cfg.collector, cfg.host, cfg.collector_port)
+                # The dashboard reads versions, swaps and health from this gateway with its admin token.
+                collector = cfg.collector.model_copy(update={"gateway_url": self.gateway.url,
+                                                             "admin_token": SecretStr(cfg.gateway.admin_token)})
+                self.collector = serve_in_thread(collector, cfg.host, cfg.collector_port)
                 self._exit.callback(self.collector.stop)
         except BaseException:
             self.stop()

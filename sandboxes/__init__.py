@@ -25,12 +25,13 @@ from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
 from ._engines import EnginePlacer, EngineSpec
 from ._envs import CodeEnv, ShellEnv
-from ._families import env_families
+from ._families import build_coding_tasks, env_families
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
 from ._local import LocalSandbox
 from ._pool import SandboxPool
+from ._snapshot import EnvSnapshot
 from .errors import (
     EngineUnavailableError,
     ImageBuildError,
@@ -55,6 +56,7 @@ __all__ = [
     "DockerSandbox",
     "EnginePlacer",
     "EngineSpec",
+    "EnvSnapshot",
     "EngineUnavailableError",
     "ExecResult",
     "ImageBuildError",
@@ -70,6 +72,7 @@ __all__ = [
     "SandboxPool",
     "SandboxStartError",
     "ShellEnv",
+    "build_coding_tasks",
     "build_image",
     "choose_backend",
     "detect_backend",

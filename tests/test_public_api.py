@@ -12,6 +12,7 @@ import pytest
 
 EXPECTED = {
     "sdk": {"Budget", "EnvFamily", "EvalSuite", "Policy", "ToolCall", "ToolCallFunction", "task_slice",
+            "AllOf", "Gated", "LLMJudge", "Weighted",
             "ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
             "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "looplift_home", "run"},
@@ -24,9 +25,9 @@ EXPECTED = {
                "create_gateway", "start_gateway_in_thread", "start_vllm", "validate_adapter"},
     "collector": {"Anonymizer", "AnonymizerState", "PurgeResult",
                   "CollectorError", "CollectorSettings", "CollectorStats", "ConfigError", "Entity",
-                  "ExportError", "ExportFilters", "ExportManifest", "GroupStats", "MigrationError", "ServerHandle",
+                  "ExportError", "ExportFilters", "ExportManifest", "GroupStats", "LangfuseSettings", "MigrationError", "ServerHandle",
                   "StorageError", "Store", "UnknownTrajectoryError", "UnsupportedFormatError", "WindowStats", "anonymize_text",
-                  "anonymize_trajectory", "create_app", "export", "open_store", "serve_in_thread"},
+                  "anonymize_trajectory", "create_app", "export", "open_store", "record_event", "serve_in_thread"},
     "trainer": {"BaseModelConfig", "CheckerVerifier", "ConfigError", "DistConfig", "EvalResult", "GateConfig", "GateDecision",
                 "HoldoutSuite", "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig",
                 "PublishError", "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv",
@@ -39,9 +40,9 @@ EXPECTED = {
                   "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
                   "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
-                  "arithmetic_suite", "build_image", "choose_backend", "demonstration", "detect_backend", "env_families",
-                  "held_out_tasks", "make_pool",
-                  "make_sandbox", "reap_orphans", "training_tasks"},
+                  "EnvSnapshot", "arithmetic_suite", "build_coding_tasks", "build_image", "choose_backend", "demonstration",
+                  "detect_backend", "env_families", "held_out_tasks", "make_pool", "make_sandbox", "reap_orphans",
+                  "training_tasks"},
     "looplift": {"main"},
 }
 #: The base error each package's exported exceptions derive from.
