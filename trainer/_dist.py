@@ -54,8 +54,6 @@ from .errors import ConfigError, TrainerError
 T = TypeVar("T")
 
 STRATEGIES = ("ddp", "fsdp")
-#: torchrun sets these in each process it starts.
-_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 #: Seconds a stopped torchrun gets between SIGTERM and SIGKILL.
 _STOP_GRACE_S = 15.0
 
