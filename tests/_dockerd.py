@@ -1,6 +1,6 @@
 """A second Docker engine for tests: a `dockerd` of its own on a unix socket, with its own data root, exec
-root and pid file under one temp directory (so it shares nothing with the machine's engine), no bridge and
-no iptables rules (sandboxes have no network).
+root, pid file, config file and containerd namespace under one temp directory (so it shares nothing with the
+machine's engine), no bridge and no iptables rules (sandboxes have no network).
 
 `Dockerd.start()` waits for it to answer; `load_image_from(client, tag)` copies an image into it with
 docker-py (`save` streamed into `load`, never a file); `crash()` SIGKILLs dockerd alone — an engine dying
@@ -35,9 +35,13 @@ class Dockerd:
         dockerd = shutil.which("dockerd")
         if dockerd is None or os.geteuid() != 0:
             raise RuntimeError("a second engine needs root and dockerd (apt-get install docker.io)")
-        cmd = [dockerd, "--host", self.url, "--data-root", str(self.root / "data"), "--exec-root",
+        config = self.root / "daemon.json"  # empty: the machine's /etc/docker/daemon.json (hosts, ...) stays out
+        config.write_text("{}")
+        cmd = [dockerd, "--config-file", str(config), "--host", self.url, "--data-root", str(self.root / "data"), "--exec-root",
                str(self.root / "exec"), "--pidfile", str(self.root / "docker.pid"), "--bridge=none",
-               "--iptables=false", "--ip-masq=false", "--log-level=warn"]
+               "--iptables=false", "--ip-masq=false", "--log-level=warn",
+               # Its own containerd namespaces: where a system containerd runs, both engines would use it.
+               f"--containerd-namespace={self.root.name}", f"--containerd-plugins-namespace={self.root.name}-plugins"]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -71,8 +75,8 @@ class Dockerd:
         t0 = time.monotonic()
         target = self.client()
         try:
-            # `save` yields the tar in chunks and requests streams a generator as the request body.
-            for msg in target.api.load_image(source.images.get(tag).save(chunk_size=1 << 20)):
+            # `save` yields the tar in chunks (named: with its tag) and requests streams a generator as the body.
+            for msg in target.api.load_image(source.images.get(tag).save(chunk_size=1 << 20, named=tag)):
                 if "error" in msg:  # the engine reports progress, and failures, as a stream
                     raise RuntimeError(f"docker load into {self.url} failed: {msg['error']}")
             target.images.get(tag)  # raises when the load did not produce it
@@ -129,9 +133,10 @@ class Dockerd:
             pass
 
     def _engine_pids(self) -> set[int]:
-        """Processes whose command line names this engine's directory (dockerd, containerd, shims)."""
+        """Processes whose command line names this engine's directory or containerd namespace (dockerd, its
+        containerd, the shims)."""
         found = set()
-        needle = str(self.root).encode()
+        needle = self.root.name.encode()  # llsbx-<random>: in its paths and its namespace
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit() and int(entry.name) != os.getpid():
                 try:
