@@ -108,8 +108,28 @@ def serve(
     _guard(lambda: settings.make_anonymizer(preload=True))
     _guard(lambda: open_store(settings.db_url)).close()
     os.environ[_defaults.ENV_DB] = settings.db_url
+    os.environ[_SUPERVISOR_ENV] = str(os.getpid())
     _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}  {workers} workers", highlight=False)
-    uvicorn.run("collector._app:create_app", factory=True, host=host, port=port, workers=workers, log_level="info")
+    uvicorn.run("collector._cli:worker_app", factory=True, host=host, port=port, workers=workers, log_level="info")
+
+
+#: The pid of `collector serve --workers`, for its workers (uvicorn starts them; we cannot spawn them tied).
+_SUPERVISOR_ENV = "LOOPLIFT_COLLECTOR_SUPERVISOR_PID"
+
+
+def worker_app() -> Any:
+    """The app of one `serve --workers` worker. The worker gets SIGTERM when the uvicorn supervisor that
+    started it dies (uvicorn's workers otherwise keep serving the port after a SIGKILLed supervisor)."""
+    import os
+
+    from sdk.infra import die_with_parent
+
+    from ._app import create_app
+
+    supervisor = os.environ.get(_SUPERVISOR_ENV)
+    if supervisor:
+        die_with_parent(int(supervisor))
+    return create_app()
 
 
 @app.command("export")

@@ -33,8 +33,9 @@ import httpx
 import sdk
 from sdk import looplift_home
 from sdk.infra import atomic_write, atomic_write_json
-from trainer import BaseModelConfig, JobConfig, SFTConfig, build_base_model, evaluate, run_job
+from trainer import BaseModelConfig, JobConfig, SFTConfig, evaluate, run_job
 
+from ._model import tiny_model
 from ._stack import Stack, StackConfig
 
 
@@ -131,10 +132,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
                         console=con, transient=False)
     state = looplift_home() / "demo" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     state.mkdir(parents=True)
-    with progress:
-        bar = progress.add_task("base model", total=config.base.steps)
-        model_dir = build_base_model(config.base, progress=lambda s, n, loss: progress.update(bar, completed=s))
-        progress.update(bar, completed=config.base.steps, description=f"base model {model_dir.name}")
+    model_dir = tiny_model(con, config.base)
 
     backend = config.sandbox_backend or detect_backend()
     con.print(f"sandboxes: [bold]{backend}[/bold]" + ("" if backend == "docker" else " (no Docker engine answered)"))

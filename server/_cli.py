@@ -1,6 +1,7 @@
 """`looplift server ...`: start vLLM + the gateway, and drive the admin API.
 
-Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
+Commands: `start` (foreground: vLLM and the gateway, or with `--upstream URL` the gateway alone over a vLLM
+started elsewhere; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
 Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
 a table or `--json`, and on error print the message (no traceback) and exit 1.
 This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
@@ -9,7 +10,6 @@ This module only parses flags and prints; the work is in `_vllm`, `_serve` and `
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
@@ -18,6 +18,8 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+
+from sdk.infra import Shutdown, shutdown_on_signals
 
 from . import _defaults as D
 from ._admin import AdminClient
@@ -67,57 +69,64 @@ def start(
     kv_cache_gib: float = typer.Option(D.CPU_KVCACHE_GIB, "--kv-cache-gib", help="VLLM_CPU_KVCACHE_SPACE (CPU only)."),
     timeout: float = typer.Option(D.VLLM_START_TIMEOUT_S, "--timeout", help="Seconds to wait for vLLM to be healthy."),
 ) -> None:
-    """Start vLLM and the gateway in the foreground (or only the gateway, with --upstream); Ctrl-C stops both."""
-    from ._serve import start_gateway_in_thread
-    from ._settings import GatewaySettings, looplift_home, version_name
-    from ._vllm import VLLMConfig, start_vllm
+    """Start vLLM and the gateway in the foreground (or only the gateway, with --upstream); Ctrl-C or SIGTERM
+    stops both."""
+    from ._settings import GatewaySettings, version_name
+    from ._vllm import VLLMConfig
 
     if (model is None) == (upstream is None):
         err.print("[red]error:[/red] give exactly one of --model DIR (start vLLM here) or --upstream URL (a vLLM "
                   "started elsewhere)", highlight=False)
         raise typer.Exit(2)
     settings = _run(lambda: GatewaySettings.from_env(alias=alias, max_lora_rank=max_lora_rank))
-    stop = threading.Event()
-    vllm = None
-    if model is not None:
-        cfg = VLLMConfig(
-            model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
-            max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
-        )
-        with out.status("starting vLLM…") as status:
-            vllm = _run(lambda: start_vllm(cfg, progress=lambda s, line: status.update(
-                f"starting vLLM… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
+    cfg = None if model is None else VLLMConfig(
+        model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
+        max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
+    )
+    # From the first line: SIGTERM (a supervisor), SIGINT (Ctrl-C, also when a shell started us in the
+    # background with SIGINT ignored) and SIGHUP raise `Shutdown` here, during vLLM's start included, and
+    # the `with` blocks below stop the gateway and vLLM's whole process group on the way out.
+    with shutdown_on_signals():
+        try:
+            if cfg is None:
+                # The registry reconciles with that vLLM when it first answers (at startup or the first request).
+                _gateway(settings, str(upstream).rstrip("/"), host, port, alias, threading.Event())
+            else:
+                _serve(settings, cfg, host, port, alias)
+        except Shutdown as s:
+            out.print(f"stopped ({s})")
+
+
+def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str) -> None:
+    from ._vllm import start_vllm
+
+    with out.status("starting vLLM…") as status:
+        vllm = _run(lambda: start_vllm(cfg, progress=lambda s, line: status.update(
+            f"starting vLLM… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
+    with vllm:
         out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
-        vllm.start_watchdog(on_death=lambda e: stop.set())
-    upstream_url = vllm.url if vllm is not None else str(upstream).rstrip("/")
-    try:
-        # With --upstream the registry reconciles with that vLLM when it first answers (startup or first request).
-        gw = _run(lambda: start_gateway_in_thread(settings, upstream_url, host, port))
-    except typer.Exit:
-        if vllm is not None:
-            vllm.stop()
-        raise
-    out.print(f"gateway at {gw.url}/v1 over {upstream_url}  (alias [bold]{alias}[/bold] -> "
-              f"{gw.app.state.registry.serving})")
-    out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
-    # SIGTERM (from a supervisor) shuts down as cleanly as Ctrl-C; SIGINT is handled explicitly
-    # because a shell starting us in the background leaves it ignored.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
+        died = threading.Event()
+        vllm.start_watchdog(on_death=lambda e: died.set())
+        _gateway(settings, vllm.url, host, port, alias, died)
+    if vllm.died is not None:
+        err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
+        raise typer.Exit(1)
+
+
+def _gateway(settings: Any, upstream_url: str, host: str, port: int, alias: str, stop: threading.Event) -> None:
+    """Serve the gateway over `upstream_url` until `stop` is set (or a signal raises `Shutdown`)."""
+    from ._serve import start_gateway_in_thread
+    from ._settings import looplift_home
+
+    with _run(lambda: start_gateway_in_thread(settings, upstream_url, host, port)) as gw:
+        out.print(f"gateway at {gw.url}/v1 over {upstream_url}  (alias [bold]{alias}[/bold] -> "
+                  f"{gw.app.state.registry.serving})")
+        out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
         while not stop.wait(0.5):
             if not gw.running:
                 err.print("[red]error:[/red] the gateway thread exited")
-                break
-    except KeyboardInterrupt:
-        pass
-    out.print("stopping…")
-    gw.stop()
-    if vllm is not None:
-        vllm.stop()
-        if vllm.died is not None:
-            err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
-            raise typer.Exit(1)
+                raise typer.Exit(1)
+        out.print("stopping…")
 
 
 def _versions_table(v: VersionsView) -> None:

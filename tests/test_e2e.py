@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -23,9 +24,10 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One LOOPLIFT_HOME for the module, so the tiny base model is built once and then reused from the cache."""
-    return tmp_path_factory.mktemp("looplift-home")
+def home(tmp_path_factory: pytest.TempPathFactory, looplift_home_with_base_model: Callable[[Path], Path]) -> Path:
+    """One LOOPLIFT_HOME for the module; its base-model cache holds the session's build (conftest), so the
+    ~4 CPU-minute build runs once per test session, not once per module that needs it."""
+    return looplift_home_with_base_model(tmp_path_factory.mktemp("looplift-home"))
 
 
 def _env(home: Path) -> dict[str, str]:
