@@ -47,6 +47,8 @@ DEBIAN_SUITE = "bookworm"
 
 #: Sandboxes a pool keeps started and ready.
 POOL_SIZE = 2
+#: Seconds an `acquire` that waits, while a sandbox start has failed, lets pass before it retries the start.
+START_RETRY_S = 1.0
 
 # ---- several engines (`_engines.py`) -----------------------------------------------------------
 #: Environment variable listing the Docker engines a pool spreads over: `URL[#CAPACITY]`, spaces or commas.

@@ -96,7 +96,7 @@ def _remove_container(api: Any, holder: dict[str, str | None]) -> None:
 
 
 OWNER_LABEL = "looplift.owner"
-_reaped_once = False
+_reaped: set[str | None] = set()  # engines (None: DOCKER_HOST) reap_orphans ran on in this process
 _reap_lock = threading.Lock()
 
 
@@ -136,12 +136,11 @@ def reap_orphans(client: Any = None) -> list[str]:
     return removed
 
 
-def _reap_once(client: Any) -> None:
-    global _reaped_once
+def _reap_once(client: Any, engine: str | None) -> None:
     with _reap_lock:
-        if _reaped_once:
+        if engine in _reaped:
             return
-        _reaped_once = True
+        _reaped.add(engine)
     reap_orphans(client)
 
 
@@ -164,10 +163,12 @@ class DockerSandbox(Sandbox):
         self.engine: str = engine or getattr(self._client, "looplift_engine_url", None) or _engine_address()
         self._api = self._client.api
         require_image(self._client, self.config.image)
-        _reap_once(self._client)  # containers leaked by killed processes are removed once per process
+        # Once per process and engine: containers leaked there by killed processes are removed, and a reaper
+        # removes ours there when this process goes, SIGKILL included. None: the DOCKER_HOST engine.
+        _reap_once(self._client, engine)
         from ._reaper import tie_containers_to_this_process  # not at import: `-m sandboxes._reaper` imports us
 
-        tie_containers_to_this_process(_owner_label())  # ours go when this process goes, SIGKILL included
+        tie_containers_to_this_process(_owner_label(), engine)
         # The finalizer removes the container if the sandbox is garbage-collected or the interpreter
         # exits without close(); the holder lets it follow replacements.
         self._holder: dict[str, str | None] = {"id": None}

@@ -1,6 +1,6 @@
 """A second Docker engine for tests: a `dockerd` of its own on a unix socket, with its own data root, exec
-root, pid file, config file and containerd namespace under one temp directory (so it shares nothing with the
-machine's engine), no bridge and no iptables rules (sandboxes have no network).
+root (a tmpfs), pid file, config file and containerd namespace under one temp directory (so it shares nothing
+with the machine's engine), no bridge and no iptables rules (sandboxes have no network).
 
 `Dockerd.start()` waits for it to answer; `load_image_from(client, tag)` copies an image into it with
 docker-py (`save` streamed into `load`, never a file); `crash()` SIGKILLs dockerd alone — an engine dying
@@ -35,6 +35,11 @@ class Dockerd:
         dockerd = shutil.which("dockerd")
         if dockerd is None or os.geteuid() != 0:
             raise RuntimeError("a second engine needs root and dockerd (apt-get install docker.io)")
+        # The data root on a tmpfs: the image's ~7,000 files are then freed by one umount at cleanup instead of
+        # being unlinked one by one (18 s on this machine's disk). Where tmpfs cannot be mounted, the disk it is.
+        (self.root / "data").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g,mode=0711", "llsbx-data", str(self.root / "data")],
+                       check=False, capture_output=True)
         config = self.root / "daemon.json"  # empty: the machine's /etc/docker/daemon.json (hosts, ...) stays out
         config.write_text("{}")
         cmd = [dockerd, "--config-file", str(config), "--host", self.url, "--data-root", str(self.root / "data"), "--exec-root",

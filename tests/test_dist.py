@@ -78,6 +78,7 @@ def _report(name: str, one: Path, many: Path, figures: tuple[float, float, float
         print(f"  {i + 1:4d}  {a[i]:.7f}  {b[i]:.7f}")
 
 
+@pytest.mark.slow  # ~40 s each on 2 cores (+18 s to build the tiny model once)
 def test_the_retrain_job_on_two_processes_trains_what_one_process_trains(
         tiny_model: Path, tmp_path: Path, db_url: str) -> None:
     add_trajectories(db_url, 40)
@@ -105,6 +106,7 @@ def test_the_retrain_job_on_two_processes_trains_what_one_process_trains(
     assert wrong[0] > 1e-2 and wrong[1] > 1e-2
 
 
+@pytest.mark.slow  # ~40 s each on 2 cores (+18 s to build the tiny model once)
 def test_trainer_sft_nproc_2_fsdp_trains_what_one_process_trains(tiny_model: Path, tmp_path: Path) -> None:
     import random
 

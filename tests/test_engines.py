@@ -1,7 +1,8 @@
 """Sandboxes on several Docker engines (`sandboxes/_engines.py`): a pool over this machine's engine and a second
 `dockerd` the test starts (own socket, data root, exec root; `tests/_dockerd.py`), spread by capacity; the
 second engine is then killed (SIGKILL) under the pool: only its sandboxes are lost, they are replaced on the
-first engine, and nothing else fails. Needs root and the machine's engine with the sandbox image; without
+first engine, and nothing else fails. Before that, a SIGKILLed owner's containers go from both engines (a
+reaper per engine). Needs root and the machine's engine with the sandbox image; without
 them the module is skipped with the reason, except under CI (`CI` set), where a second engine that does not
 start fails the test.
 
@@ -14,7 +15,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
@@ -33,8 +39,6 @@ MAIN = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
 @pytest.fixture(scope="module")
 def second_engine() -> Iterator[Dockerd]:
-    import time
-
     import docker
 
     engine = Dockerd()
@@ -79,6 +83,47 @@ def _all_at_once(pool: SandboxPool, n: int) -> list[str]:
     hold = threading.Barrier(n)
     with ThreadPoolExecutor(n) as ex:
         return list(ex.map(lambda _: _exec_ok(pool, hold), range(n)))
+
+
+def test_sigkill_of_an_owner_removes_its_containers_on_every_engine(second_engine: Dockerd) -> None:
+    """Each engine a process starts sandboxes on gets a reaper of its own (`sandboxes/_reaper.py`): the owner's
+    containers go from both engines when it is SIGKILLed. (Runs before the crash test below, which kills the
+    second engine.)"""
+    code = textwrap.dedent(f"""
+        import time
+        from sandboxes import SandboxConfig, make_pool
+        with make_pool(config=SandboxConfig(timeout_s=20), size=2, engines=["{MAIN}#1", "{second_engine.url}#1"]) as pool:
+            with pool.acquire(timeout=60) as a, pool.acquire(timeout=60) as b:
+                assert a.exec(["true"]).ok and b.exec(["true"]).ok and {{a.engine, b.engine}} == {{"{MAIN}", "{second_engine.url}"}}
+                print("ready", flush=True)
+                time.sleep(300)
+    """)
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's `sandboxes`
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "ready", owner.communicate()[1][-3000:]
+        assert [len(_owned(url, owner.pid)) for url in (MAIN, second_engine.url)] == [1, 1]
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while any(_owned(url, owner.pid) for url in (MAIN, second_engine.url)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert [_owned(url, owner.pid) for url in (MAIN, second_engine.url)] == [[], []]
+
+
+def _owned(url: str, pid: int) -> list[str]:
+    """Ids of the sandbox containers on the engine at `url` whose owner label names process `pid` here."""
+    import docker
+
+    client = docker.DockerClient(base_url=url, timeout=30)
+    try:
+        found = client.api.containers(all=True, filters={"label": "looplift.owner"})
+    finally:
+        client.close()
+    return [c["Id"] for c in found if c["Labels"]["looplift.owner"].startswith(f"{socket.gethostname()}:{pid}:")]
 
 
 def test_a_pool_spreads_by_capacity_and_a_dead_engine_takes_out_only_its_sandboxes(second_engine: Dockerd) -> None:
