@@ -7,6 +7,7 @@ Every per-core and per-request figure is read from `bench/results/*.json` when t
 with the file and key it came from, so the table follows the latest benchmark runs:
 
     gateway      CPU ms per proxied request        bench/results/gateway.json    (bench/gateway.py)
+                 (c=16; the dearer of stream and non-stream)
     collector    trajectories per CPU-second       bench/results/collector.json  (bench/collector.py)
                  mean trajectory bytes
     sandboxes    warm acquire+exec latency, exec/s  bench/results/sandboxes.json  (bench/sandboxes.py)
@@ -81,16 +82,18 @@ def _load(name: str) -> Optional[dict[str, Any]]:
 
 
 def gateway_cpu_ms() -> Optional[Figure]:
-    """CPU milliseconds the gateway spends per non-streamed request (concurrency 16 if measured, else 1)."""
+    """CPU milliseconds the gateway spends per request: at concurrency 16 if measured, else 1; the dearer of
+    streamed and non-streamed (the traffic mix is not known here)."""
     data = _load("gateway.json")
     if data is None:
         return None
     rows = data.get("results", [])
     for c in (16, 1):
-        for i, r in enumerate(rows):
-            if r.get("mode") == "non-stream" and r.get("concurrency") == c and "gateway_cpu_ms_per_request" in r:
-                return Figure(float(r["gateway_cpu_ms_per_request"]),
-                              f"gateway.json:results[{i}](non-stream,c={c}).gateway_cpu_ms_per_request")
+        found = [(float(r["gateway_cpu_ms_per_request"]), i, r.get("mode")) for i, r in enumerate(rows)
+                 if r.get("concurrency") == c and r.get("gateway_cpu_ms_per_request") is not None]
+        if found:
+            ms, i, mode = max(found)
+            return Figure(ms, f"gateway.json:results[{i}]({mode},c={c}).gateway_cpu_ms_per_request")
     return None
 
 
@@ -149,17 +152,24 @@ def plan(a: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     # ---- collector + Postgres
     per_cpu, size = collector_figures()
     if per_cpu is not None and size is not None:
-        cores = peak_eps / per_cpu.value / u
+        # The bench ingests trajectories of one size; a bigger one costs proportionally more CPU (the anonymizer
+        # scans all of its text) -- an assumption, stated in the row.
+        nbytes = a.trajectory_bytes or size.value
+        scale = nbytes / size.value
+        size_basis = (f"{size.source}={size.value:,.0f} B" if a.trajectory_bytes is None else
+                      f"--trajectory-bytes {nbytes:,.0f} (an input; measured at {size.source}={size.value:,.0f} B)")
+        cores = peak_eps / per_cpu.value * scale / u
         rows.append(Row("collector", "ingest workers (1 core each)", max(2, math.ceil(cores)), "workers", [
-            f"peak {peak_eps:,.1f} trajectories/s / {per_cpu.source}={per_cpu.value:,.0f} per CPU-s / utilization "
-            f"{u:g} = {cores:.2f} cores (anonymizing is most of it); 2 for availability"]))
+            f"peak {peak_eps:,.1f} trajectories/s / {per_cpu.source}={per_cpu.value:,.0f} per CPU-s"
+            + (f" x {scale:.2f} (size ratio; cost taken as linear in bytes)" if a.trajectory_bytes else "")
+            + f" / utilization {u:g} = {cores:.2f} cores (anonymizing is most of it); 2 for availability"]))
         rows.append(Row("postgres", "write rate", peak_eps, "rows/s", [
-            f"one row per trajectory at peak; x {size.source}={size.value:,.0f} B = "
-            f"{peak_eps * size.value / 1e6:.2f} MB/s"]))
-        rows.append(Row("postgres", f"storage for {a.retention_days} days", a.episodes_per_day * size.value
+            f"one row per trajectory at peak; x {size_basis} = {peak_eps * nbytes / 1e6:.2f} MB/s"]))
+        rows.append(Row("postgres", f"storage for {a.retention_days} days", a.episodes_per_day * nbytes
                         * a.retention_days / 1e9, "GB", [
-            f"{a.episodes_per_day:,.0f}/day x {size.source}={size.value:,.0f} B x {a.retention_days} days "
-            "(`collector purge --older-than` bounds it)"]))
+            f"{a.episodes_per_day:,.0f}/day x {size_basis} x {a.retention_days} days (`collector purge --older-than` "
+            "bounds it); the bench's trajectories are synthetic text of that size: one that keeps per-turn token ids "
+            "and logprobs is several times larger, so pass --trajectory-bytes measured on your own (table size / rows)"]))
 
     # ---- vLLM (estimate unless measured)
     bw, flops = GPUS[a.gpu]
@@ -250,6 +260,8 @@ def _args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--host-cores", type=int, default=16)
     ap.add_argument("--host-memory-gib", type=int, default=64)
     ap.add_argument("--retention-days", type=int, default=30)
+    ap.add_argument("--trajectory-bytes", type=float, default=None,
+                    help="stored JSON bytes per trajectory (default: the collector bench's size)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="directory of the benchmark results to read")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     a = ap.parse_args(argv)

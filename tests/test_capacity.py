@@ -67,5 +67,9 @@ def test_the_load_scales_sandboxes_and_writes() -> None:
     for component, needs in (("postgres", "write rate"), ("sandboxes", "sandboxes in use")):
         a, b = _row(one, component, needs)["number"], _row(two, component, needs)["number"]
         assert abs(b - 2 * a) <= 1, (component, a, b)
+    size = json.loads((ROOT / "bench" / "results" / "collector.json").read_text())["mean_trajectory_bytes"]
+    big = _plan("--trajectory-bytes", str(10 * size))
+    a, b = (_row(p, "postgres", "storage")["number"] for p in (one, big))
+    assert abs(b - 10 * a) < 1e-6 * b and "--trajectory-bytes" in _row(big, "postgres", "storage")["basis"][0]
     measured = _plan("--replica-decode-tokens-per-s", "1e9")
     assert _row(measured, "vllm", "replicas")["measured"]
