@@ -36,6 +36,7 @@ in distribution, not step by step).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -79,7 +80,7 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
-class Dist:
+class Dist(contextlib.AbstractContextManager["Dist"]):
     """This process's place in a training run and the collectives a loop needs (see the module docstring).
 
     Make it with `Dist.from_env()`; `Dist()` is one process on `device` (default: CUDA when there is one)."""
@@ -205,10 +206,7 @@ class Dist:
             torch_dist.destroy_process_group()
             self._owns_group = False
 
-    def __enter__(self) -> "Dist":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:  # `with Dist() as dist:` (__enter__ from AbstractContextManager)
         self.close()
 
     def __repr__(self) -> str:
