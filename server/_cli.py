@@ -120,7 +120,7 @@ def _gateway(settings: Any, upstream_url: str, host: str, port: int, alias: str,
 
     with _run(lambda: start_gateway_in_thread(settings, upstream_url, host, port)) as gw:
         out.print(f"gateway at {gw.url}/v1 over {upstream_url}  (alias [bold]{alias}[/bold] -> "
-                  f"{gw.app.state.registry.serving})")
+                  f"{gw.app.registry.serving})")
         out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
         while not stop.wait(0.5):
             if not gw.running:
