@@ -16,8 +16,9 @@
   `run_cycle`: a new adapter version per update, sync or async, a pass-rate task sampler, a `Timeline` of
   where the wall time goes).
 
-The demo's orchestration lives in the composition root (`looplift._demo`). Multi-GPU (torchrun + FSDP)
-is not wired yet.
+The demo's orchestration lives in the composition root (`looplift._demo`). DPO and GRPO register
+their train steps in `TRAIN_STEPS`. `JobConfig.dist` (`DistConfig`: nproc, ddp|fsdp) runs the SFT train stage
+on several processes under torchrun (`trainer run --nproc N`); DPO and GRPO run in one process.
 
 `import trainer` is cheap: each public name is imported from its module on first use (PEP 562), so the
 `looplift` command can list the `trainer` group — and `looplift up --model DIR` can run — without
@@ -36,6 +37,7 @@ _EXPORTS = {
     "write_lora_adapter": "._base_model",
     "write_untrained": "._base_model",
     "LoopliftConfig": "._config",
+    "DistConfig": "._dist",
     "job_config": "._config",
     "load_config": "._config",
     "schedule_config": "._config",
@@ -101,7 +103,7 @@ _EXPORTS = {
 }
 
 __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
-    "BaseModelConfig", "CheckerVerifier", "ConfigError", "CycleResult", "DPOConfig", "DPOResult", "Episode",
+    "BaseModelConfig", "CheckerVerifier", "ConfigError", "CycleResult", "DistConfig", "DPOConfig", "DPOResult", "Episode",
     "EvalResult", "GRPOConfig", "GRPOLearner", "GRPOResult", "GateConfig", "GateDecision", "Group", "HoldoutSuite",
     "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "OnlineConfig",
     "OnlineGRPO", "PassRateSampler", "PublishError", "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler",
@@ -116,6 +118,7 @@ __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-e
 if TYPE_CHECKING:
     from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
     from ._config import LoopliftConfig, job_config, load_config, schedule_config
+    from ._dist import DistConfig
     from ._eval import EvalResult, evaluate
     from ._from_holdout import HoldoutSuite, suite_from_holdout
     from ._gate import GateConfig, GateDecision, SliceRow, gate, mcnemar_p

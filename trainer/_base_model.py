@@ -33,6 +33,7 @@ from ._data import Progress, encode_chat, train_causal_lm
 from ._lora import LORA_TARGETS
 from ._tokenizer import build_tokenizer
 
+
 @dataclass(frozen=True)
 class BaseModelConfig:
     """How the tiny base model is built. Every field changes the cache key."""

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
+from ._dist import Dist
 from ._json import jsonl_objects
 from .errors import TrainingDataError
 
@@ -86,6 +87,19 @@ def minibatches(n: int, batch_size: int, steps: int, seed: int) -> Iterator[list
         yield idx
 
 
+def token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of next-token cross-entropies over the unmasked labels, how many there are) for one batch.
+
+    A sum and a count rather than a mean, so that a minibatch split over several processes still
+    averages over all of its tokens (`Dist.mean`); in one process `sum / count` is the usual mean."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
+    labels = batch["labels"][:, 1:]  # (B, T-1): position t predicts token t+1
+    logits = logits[:, :-1].float()  # (B, T-1, V)
+    total = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                                              reduction="sum")
+    return total, (labels != IGNORE).sum()
+
+
 def train_causal_lm(
     model: torch.nn.Module,
     examples: list[tuple[list[int], list[int]]],
@@ -96,9 +110,15 @@ def train_causal_lm(
     lr: float,
     seed: int,
     progress: Optional[Progress] = None,
+    dist: Optional[Dist] = None,
 ) -> float:
     """AdamW with linear warmup and cosine decay over `steps` minibatches; returns the final loss
-    (mean of the last 20 steps). Shared by the base-model builder and SFT."""
+    (mean of the last 20 steps). Shared by the base-model builder and SFT.
+
+    `dist` (a `Dist` whose `wrap` made `model`) spreads each minibatch over the ranks: every rank draws the
+    same `batch_size` examples and trains on its share; the loss is the mean over the whole minibatch's
+    tokens, as in one process."""
+    dist = dist or Dist()
     params = [p for p in model.parameters() if p.requires_grad]
     device = params[0].device
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -109,14 +129,14 @@ def train_causal_lm(
     model.train()
     recent: list[float] = []
     for step, idx in enumerate(minibatches(len(examples), batch_size, steps, seed)):
-        batch = {k: v.to(device) for k, v in collate([examples[i] for i in idx], pad_id).items()}
-        loss = model(**batch).loss  # mean over unmasked tokens
+        batch = {k: v.to(device) for k, v in collate([examples[i] for i in dist.shard(idx)], pad_id).items()}
+        loss, logged = dist.mean(*token_loss_sum(model, batch))  # mean over the minibatch's unmasked tokens
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        recent = (recent + [loss.item()])[-20:]
+        recent = (recent + [logged])[-20:]
         if progress is not None:
             progress(step + 1, steps, recent[-1])
     model.eval()

@@ -40,6 +40,7 @@ from . import _eval_cache as eval_cache
 from ._eval import EvalResult, evaluate, suite_seed
 from ._gate import GateConfig, gate
 from ._interrupt import StopToken
+from ._dist import DistConfig
 from ._json import jsonable
 from ._lock import JobLock
 from ._runs import default_runs_dir, last_decided, publish_run
@@ -86,6 +87,8 @@ class JobConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     runs_dir: Optional[Path] = None
     """Default `$LOOPLIFT_HOME/trainer/runs`."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Processes the train stage runs on (torchrun when > 1) and how the model is spread over them."""
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,15 @@ vLLM loads as it is (`POST /v1/load_lora_adapter`).
 
 Each call trains a fresh adapter from the base weights on all the data it is given, rather than
 continuing the previous adapter: a retrain is then a pure function of (base, data, config), which is
-what makes `trainer run` idempotent and a bad cycle recoverable. Left out: packing, gradient
-accumulation, multi-GPU (FSDP comes with the multi-GPU issue).
+what makes `trainer run` idempotent and a bad cycle recoverable. Several processes (`trainer sft --nproc N`,
+DDP or FSDP under torchrun) train the same adapter as one process: see `_dist`. Left out: packing,
+gradient accumulation.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +25,8 @@ import torch
 from transformers import AutoTokenizer
 
 from ._data import Progress, encode_chat, jsonl_fields, train_causal_lm
-from ._lora import lora_model, save_adapter
+from ._lora import lora_model
+from ._dist import Dist
 from .errors import TrainingDataError
 
 
@@ -40,6 +44,14 @@ class SFTConfig:
     batch_size: int = 32
     seed: int = 0
     max_len: int = 512
+
+
+def sft_module_args(data: Path, base_model_dir: Path, out_dir: Path, config: SFTConfig, strategy: str) -> list[str]:
+    """`python -m` arguments of the `trainer sft` command that trains `config` (what torchrun runs in each
+    process for `trainer sft --nproc N` and for the retrain job's train stage)."""
+    flags = [a for f in dataclasses.fields(config) for a in (f"--{f.name.replace('_', '-')}", str(getattr(config, f.name)))]
+    return ["trainer._cli", "sft", str(data), "--base-model", str(base_model_dir), "--out", str(out_dir), *flags,
+            "--strategy", strategy]
 
 
 @dataclass(frozen=True)
@@ -67,18 +79,32 @@ def train_sft(
     config: SFTConfig = SFTConfig(),
     *,
     progress: Optional[Progress] = None,
+    dist: Optional[Dist] = None,
 ) -> SFTResult:
-    """Train a LoRA adapter on `data` (SFT JSONL) over `base_model_dir`; write it atomically to `out_dir`."""
+    """Train a LoRA adapter on `data` (SFT JSONL) over `base_model_dir`; write it atomically to `out_dir`.
+
+    `dist`: this process's share of a torchrun job (`Dist.from_env()`); every rank calls this with the same
+    arguments and rank 0 writes the adapter. Default: one process (on the GPU when there is one)."""
+    dist = dist or Dist()
     t0 = time.monotonic()
     convs = load_sft_jsonl(Path(data))
     if not convs:
         raise TrainingDataError(f"{data} has no training examples; collect successful episodes first")
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.seed)  # the same LoRA init on every rank
     tok = AutoTokenizer.from_pretrained(base_model_dir)
     examples = [encode_chat(tok, c, max_len=config.max_len) for c in convs]
-    model = lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
+    model = dist.wrap(lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, dropout=config.dropout))
+    curve: list[float] = []
+
+    def record(step: int, total: int, loss: float) -> None:
+        curve.append(loss)
+        if progress is not None:
+            progress(step, total, loss)
+
     loss = train_causal_lm(model, examples, pad_id=tok.pad_token_id, steps=config.steps,
-                           batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=progress)
-    meta = {"config": config, "base_model": base_model_dir, "data": data, "examples": len(examples), "train_loss": loss}
-    save_adapter(model, Path(out_dir), "sft", meta)
+                           batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=record, dist=dist)
+    meta = {"config": dataclasses.asdict(config), "base_model": str(base_model_dir), "data": str(data),
+            "examples": len(examples), "train_loss": loss, "processes": dist.world_size, "strategy": dist.strategy,
+            "loss_curve": curve}
+    dist.save(model, Path(out_dir), {"looplift_sft.json": json.dumps(meta, indent=2)})
     return SFTResult(adapter_dir=Path(out_dir), train_loss=loss, examples=len(examples), seconds=time.monotonic() - t0)
