@@ -90,7 +90,11 @@ _DATE_PREFIX = re.compile(r"\(?\d{1,2}([./-])\d{1,2}\1\d{2,4}")
 _SEQUENTIAL = ("0123456789", "1234567890", "9876543210", "0987654321")
 
 
-_BARE_PHONE = re.compile(r"0[1-9][0-9]{7,10}|[2-9][0-9]{2}[2-9][0-9]{6}")
+# Without context: a trunk 0 (9-12 digits: 0508899579), or 9-10 digits not starting with 0 or 1
+# (NANP 8209679701, IT mobiles 3711766726, GR 2101825968, ES/PT/PL/CZ 957275130), or an Italian
+# mobile of 11. Epoch seconds start with 1, so they stay; 8 digits (DK/NO) need a phone word:
+# bare, they are dates (20240115) and ids as often as phones.
+_BARE_PHONE = re.compile(r"0[1-9][0-9]{7,10}|[2-9][0-9]{8,9}|3[0-9]{10}")
 
 
 def _phone_bare(text: str, m: re.Match[str]) -> str | None:
@@ -117,6 +121,33 @@ def _phone_grouped(text: str, m: re.Match[str]) -> str | None:
     if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
         return None
     return _digits(m.group(0))
+
+
+_YEAR = re.compile(r"(?:19|20)[0-9]{2}")
+_SHAPED_SEP = re.compile(r"[^0-9]+")
+_ISO_DATE = re.compile(r"(?:19|20)[0-9]{2}([-/ ])[01]?[0-9]\1[0-3]?[0-9]")
+
+
+def _phone_shaped(text: str, m: re.Match[str]) -> str | None:
+    """Groups of digits the way numbers are written across Europe and the Americas, without a phone
+    word: `63 822 392`, `8437-4387`, `5863-183-936`, `(3421)-4517`, `+(370) 95896935`, `92 3464-6869`,
+    `06/ 981 98 46`. 8-13 digits; not a date, a year range, an amount (a unit or currency next to it)
+    or an id/operand (`context`)."""
+    s = m.group(0)
+    digits = _digits(s)
+    if not 8 <= len(digits) <= 13 or len(set(digits)) <= 2 or any(q in digits for q in _SEQUENTIAL):
+        return None
+    groups = _SHAPED_SEP.split(s.strip("(+)"))
+    if len(groups) == 2 and (all(_YEAR.fullmatch(g) for g in groups)  # 2019-2024, 1990 2000
+                             or (min(map(len, groups)) < 4 and "(" not in s)):  # a Brazilian CEP: 62226-290
+        return None
+    if _DATE_PREFIX.match(s) or _ISO_DATE.match(s):
+        return None
+    if _UNIT_AFTER.match(text, m.end()) or text[max(0, m.start() - 2):m.start()].strip() in ("$", "€", "£"):
+        return None
+    if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
+        return None
+    return ("+" if s.startswith(("+", "(+")) else "") + digits
 
 
 def _phone_announced(text: str, m: re.Match[str]) -> str | None:
@@ -422,11 +453,19 @@ DETECTORS: tuple[Detector, ...] = (
         re.compile(r"(?<![\w+.\-/*])\([1-9][0-9]{1,3}\) ?[0-9]{3,5}[ -]?[0-9]{4}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
         _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8 and "(" in w,
     ),
+    # Other groupings with two to five groups of 2+ digits ("63 822 392", "8437-4387", "(3421)-4517",
+    # "+(370) 95896935"); not a piece of a longer run of numbers (a table row, a grouped card).
+    Detector(
+        "PHONE",
+        re.compile(r"(?<![\w+.\-/*])(?<![0-9][ -])(?:\+?\(\+?[0-9]{1,5}\)|[0-9]{2,5})"
+                   r"(?:(?:[ \-]|/ ?|\)[ -]?)[0-9]{2,9}){1,4}(?![\w]|[.,\-/][0-9]| [0-9])"),
+        _phone_shaped, (), 15, "numeric", lambda w, nd: nd >= 8,
+    ),
     # Any other grouping of 7-12 digits, only when introduced as a phone number ("my new number is
     # 6321 4458", "Contact: ... | 0167.3644", "tel (0929) 599013305").
     Detector(
         "PHONE",
-        re.compile(r"(?<![\w+.\-/*])(?:\([0-9]{1,5}\)|[0-9]{2,5})(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
+        re.compile(r"(?<![\w+.\-/*])(?:\([0-9]{1,5}\)|[0-9]{2,5})(?:[ .\-/]?[0-9]{1,9}){1,5}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
         _phone_announced, _PHONE_STEMS, 15, "numeric", lambda w, nd: nd >= 7, caseless=True,
     ),

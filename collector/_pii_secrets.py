@@ -81,8 +81,23 @@ _MYSQL_PASSWORD = re.compile(
 )
 
 
+# "my password is Xk9!...", "the new pwd is ...", "Passwort ist ...": a password said in prose. The
+# value must not read as words (`_not_words`): "the password is wrong" stays.
+_PROSE_PASSWORD = re.compile(
+    r"(?<![\w-])(?:password|passwort|passwd|pwd|passcode|pass ?phrase|mot de passe|contraseña|wachtwoord)"
+    r"\s+(?:is|was|ist|est|es|is now|is still|=)\s*:?\s*(?P<val>\S{6,200})",
+    re.IGNORECASE,
+)
+
+
 def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
     low = text.lower()
+    for pm in _PROSE_PASSWORD.finditer(text, start, end):
+        val, vs = _unclosed_quotes_off(pm.group("val")).rstrip(".,;!?"), pm.start("val")
+        if len(val) > 2 and val[0] in "\"'`" and val[-1] == val[0]:  # quoted: the quotes are not the value
+            val, vs = val[1:-1], vs + 1
+        if secret_value_ok(val, True) and _not_words(val):
+            yield vs, vs + len(val), val
     if "mysql" in low or "mariadb" in low:
         for pm in _MYSQL_PASSWORD.finditer(text, start, end):
             g = "q1" if pm.group("q1") else "q2" if pm.group("q2") else "v"
@@ -116,7 +131,8 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 key = text[ks:m.end()] + (gm.group("rest") if gm else "")
                 if gm is not None and not not_secret_key(key):
                     val = _unclosed_quotes_off(gm.group("val"))
-                    if secret_value_ok(val, True) and (password_key(key) or _random_not_code(val)):
+                    if secret_value_ok(val, True) and (password_key(key) or (secret_key(key) and _not_words(val))
+                                                       or _random_not_code(val)):
                         done = gm.start("val") + len(val)
                         yield gm.start("val"), done, val
                 continue
@@ -169,6 +185,10 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 val = val.rstrip(".,:;!?")
         done = vs + len(val)
         if secret_value_ok(val, password_like) and (not named_secret or _not_words(val)):
+            yield vs, vs + len(val), val
+        elif not password_like and _random_not_code(val) and secret_value_ok(val, True):
+            # A short random token (`api_key: EUP~|aMD?mQGQ`, `token: Dk3jp3##FN`): under 16
+            # characters it needs three character classes and the entropy of a random string.
             yield vs, vs + len(val), val
 
 
