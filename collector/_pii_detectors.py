@@ -261,19 +261,17 @@ _DOB_TRIGGERS = ("born", "dob", "d.o", "do.b", "birth", "geburt", "geboren", "na
                  "nascid")
 
 
+# All of them in one pass (leftmost-longest is not needed: any occurrence opens a window).
+_DOB_TRIGGER_RE = re.compile("|".join(re.escape(t) for t in sorted(_DOB_TRIGGERS, key=len, reverse=True)))
+
+
 def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
     low = text.lower()
     # The regex runs only in windows around trigger occurrences (a keyword starts at most 16
     # characters before its trigger; keyword, gap and date end within 96 after it).
-    windows: list[list[int]] = []
-    for trig in _DOB_TRIGGERS:
-        pos = low.find(trig, start, end)
-        while pos != -1:
-            windows.append([max(start, pos - 16), min(end, pos + len(trig) + 96)])
-            pos = low.find(trig, pos + 1, end)
+    windows = [[max(start, m.start() - 16), min(end, m.end() + 96)] for m in _DOB_TRIGGER_RE.finditer(low, start, end)]
     if not windows:
         return
-    windows.sort()
     merged = [windows[0]]
     for w in windows[1:]:
         if w[0] <= merged[-1][1]:
@@ -311,8 +309,9 @@ class Detector:
     # of digits and phone/card/IP punctuation), "iban" (numeric runs widened to the left for the
     # country code and letters), "at" (only around each "@").
     scope: str = "text"
-    # For windowed scopes: a cheap test on the window's text and its digit count.
-    window_ok: Callable[[str, int], bool] = lambda w, nd: True
+    # For numeric scopes: the fewest digits the window must hold, and a cheap test on its text.
+    min_digits: int = 0
+    window_ok: Callable[[str], bool] | None = None
     spans: Callable[[str, int, int], Iterable[tuple[int, int, str]]] | None = None
     tier: int = 1
     caseless: bool = False
@@ -334,7 +333,7 @@ _PHONE_STEMS = ("tel", "tél", "tlf", "phone", "ph", "mob", "cell", "fax", "call
                 "whats", "dial", "handy", "móvil", "movil", "numéro", "nummer", "número", "numero", "line", "portable",
                 "number")
 _SECRET_STEMS = ("key", "secret", "token", "pass", "pwd", "credential", "session", "cookie", "bearer", "basic", "mysql",
-                 "mariadb")
+                 "mariadb", "contrase", "wachtwoord")
 
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -391,12 +390,12 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "CREDIT_CARD",
         re.compile(r"[0-9](?<![\w.-][0-9])(?:[ -]?[0-9]){11,18}(?![\w-]|\.[0-9])"),
-        _card, (), 7, "numeric", lambda w, nd: nd >= 12,
+        _card, (), 7, "numeric", 12,
     ),
     Detector(
         "SSN",
         re.compile(r"[0-9](?<![\w.\-/+][0-9])[0-9]{2}([- ]?)[0-9]{2}\1[0-9]{4}(?![\w]|[.\-/][0-9])"),
-        _ssn, (), 8, "numeric", lambda w, nd: nd >= 9,
+        _ssn, (), 8, "numeric", 9,
     ),
     Detector("DOB", None, None, _DOB_STEMS, 9, spans=_dob_spans, caseless=True),
     Detector(
@@ -409,7 +408,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "IPV4",
         re.compile(r"(?<![\w.])" + _OCTET + r"(?:\." + _OCTET + r"){3}(?![\w]|\.[0-9])"),
-        _ipv4, (), 11, "numeric", lambda w, nd: nd >= 4 and w.count(".") >= 3,
+        _ipv4, (), 11, "numeric", 4, lambda w: w.count(".") >= 3,
     ),
     # International: "+" or "00", a country code, then groups separated by single spaces, dots,
     # dashes or slashes, optionally "(0)", then an extension. The "+" must not follow an operand.
@@ -419,7 +418,7 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?<![\w)\]+\-./])(?:\+|00(?=[1-9]))[1-9][0-9]{0,2}(?:[ .-]?\(0\))?(?:[ .\-/]?(?:\([0-9]{1,5}\)|[0-9]{1,6})){1,7}"
             + _EXT + r"(?![\w+*/=^%]|[.-][0-9])"
         ),
-        _phone_intl, (), 12, "numeric", lambda w, nd: nd >= 8 and ("+" in w or "00" in w),
+        _phone_intl, (), 12, "numeric", 8, lambda w: "+" in w or "00" in w,
     ),
     # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 555 123 4567, 1-800-555-1234.
     # The 3-3-4 grouping keeps dates, versions and serials out.
@@ -429,14 +428,14 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?<![\w+.\-/*])(?:1[ .-])?(?:\([1-9][0-9]{2}\) ?|[1-9][0-9]{2}[-. ])[0-9]{3}[-. ][0-9]{4}" + _EXT
             + r"(?![\w]|[.\-/][0-9])"
         ),
-        _phone_nanp, (), 13, "numeric", lambda w, nd: nd >= 10 and len(w) >= 12,
+        _phone_nanp, (), 13, "numeric", 10, lambda w: len(w) >= 12,
     ),
     # National with a trunk 0: 020 7946 0958, (0113) 496 0123, 05 36 84 33 53, 04952 883143, 08-246 820 34.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?:\(0[0-9]{1,4}\)|0[0-9]{1,4})(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
-        _phone_national, (), 14, "numeric", lambda w, nd: nd >= 9 and "0" in w and nd < len(w),
+        _phone_national, (), 14, "numeric", 9, lambda w: "0" in w and not w.isdigit(),
     ),
     # Grouped national numbers of countries without a trunk 0: 601 622 262 (CZ, SK, PL, PT),
     # 918-668-334, 21 45 17 27 (DK, NO), 912 34 56 78 (ES). Dropped after an id word, in code,
@@ -445,13 +444,13 @@ DETECTORS: tuple[Detector, ...] = (
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?:[1-9][0-9]{2}([ .-])[0-9]{3}\1[0-9]{3}|[0-9]{2} [0-9]{2} [0-9]{2} [0-9]{2}"
                    r"|[1-9][0-9]{2} [0-9]{2} [0-9]{2} [0-9]{2})(?![\w]|[.,\-/][0-9]| [0-9])"),
-        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8,
+        _phone_grouped, (), 15, "numeric", 8,
     ),
     # An area code in brackets without a trunk 0: (66) 6466-9295, (11) 98765-4321 (BR), (212) 5550148.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])\([1-9][0-9]{1,3}\) ?[0-9]{3,5}[ -]?[0-9]{4}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
-        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8 and "(" in w,
+        _phone_grouped, (), 15, "numeric", 8, lambda w: "(" in w,
     ),
     # Other groupings with two to five groups of 2+ digits ("63 822 392", "8437-4387", "(3421)-4517",
     # "+(370) 95896935"); not a piece of a longer run of numbers (a table row, a grouped card).
@@ -459,7 +458,7 @@ DETECTORS: tuple[Detector, ...] = (
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?<![0-9][ -])(?:\+?\(\+?[0-9]{1,5}\)|[0-9]{2,5})"
                    r"(?:(?:[ \-]|/ ?|\)[ -]?)[0-9]{2,9}){1,4}(?![\w]|[.,\-/][0-9]| [0-9])"),
-        _phone_shaped, (), 15, "numeric", lambda w, nd: nd >= 8,
+        _phone_shaped, (), 15, "numeric", 8, lambda w: "-" in w or " " in w or "/" in w or ")" in w,
     ),
     # Any other grouping of 7-12 digits, only when introduced as a phone number ("my new number is
     # 6321 4458", "Contact: ... | 0167.3644", "tel (0929) 599013305").
@@ -467,14 +466,14 @@ DETECTORS: tuple[Detector, ...] = (
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?:\([0-9]{1,5}\)|[0-9]{2,5})(?:[ .\-/]?[0-9]{1,9}){1,5}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
-        _phone_announced, _PHONE_STEMS, 15, "numeric", lambda w, nd: nd >= 7, caseless=True,
+        _phone_announced, _PHONE_STEMS, 15, "numeric", 7, caseless=True,
     ),
     # Unformatted: 01134960123 (UK), 0508899579 (DE/FR/IT), 8209679701 (NANP). Dropped when the
     # number is introduced as an id or count, assigned in code, or an arithmetic operand.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*:#])[0-9]{8,12}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
-        _phone_bare, (), 16, "numeric", lambda w, nd: nd >= 9,
+        _phone_bare, (), 16, "numeric", 9,
     ),
     # Secrets named by their key (last: known token formats above win ties).
     Detector("SECRET", None, None, _SECRET_STEMS, 17, spans=_secret_spans, caseless=True),

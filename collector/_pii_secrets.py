@@ -83,17 +83,19 @@ _MYSQL_PASSWORD = re.compile(
 
 # "my password is Xk9!...", "the new pwd is ...", "Passwort ist ...": a password said in prose. The
 # value must not read as words (`_not_words`): "the password is wrong" stays.
-_PROSE_PASSWORD = re.compile(
+_PROSE_PASSWORD = re.compile(  # on the lowercased text (see _SECRET_KW_LOW)
     r"(?<![\w-])(?:password|passwort|passwd|pwd|passcode|pass ?phrase|mot de passe|contraseña|wachtwoord)"
-    r"\s+(?:is|was|ist|est|es|is now|is still|=)\s*:?\s*(?P<val>\S{6,200})",
-    re.IGNORECASE,
+    r"\s+(?:is|was|ist|est|es|is now|is still|=)\s*:?\s*(?P<val>\S{6,200})"
 )
+_PROSE_STEMS = ("pass", "pwd", "contrase", "wachtwoord")
 
 
 def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
     low = text.lower()
-    for pm in _PROSE_PASSWORD.finditer(text, start, end):
-        val, vs = _unclosed_quotes_off(pm.group("val")).rstrip(".,;!?"), pm.start("val")
+    prose = _PROSE_PASSWORD.finditer(low, start, end) \
+        if len(low) == len(text) and any(w in low for w in _PROSE_STEMS) else ()
+    for pm in prose:
+        val, vs = _unclosed_quotes_off(text[pm.start("val"):pm.end("val")]).rstrip(".,;!?"), pm.start("val")
         if len(val) > 2 and val[0] in "\"'`" and val[-1] == val[0]:  # quoted: the quotes are not the value
             val, vs = val[1:-1], vs + 1
         if secret_value_ok(val, True) and _not_words(val):
