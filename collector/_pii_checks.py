@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from datetime import date
 
 _NON_DIGITS = re.compile(r"[^0-9]+")
@@ -144,11 +145,8 @@ _PLACEHOLDER_VALUES = {"none", "null", "true", "false", "undefined", "nil", "emp
 
 
 def shannon_entropy(s: str) -> float:
-    counts: dict[str, int] = {}
-    for ch in s:
-        counts[ch] = counts.get(ch, 0) + 1
     n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
+    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())  # Counter counts in C
 
 
 def _char_classes(s: str) -> int:
