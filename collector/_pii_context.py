@@ -79,6 +79,7 @@ _CLOSE_AFTER = re.compile(r"\s*[)\]]")
 # A number in a list of numbers (`[4155552671, 4155552672]`), not a field of a CSV row of mixed values.
 _LIST_ITEM = re.compile(r"\s*,\s*[-+(]?[0-9]")
 _LIST_BEFORE = re.compile(r"[0-9)]\s*,\s*$")
+_FIELD_SEPARATORS = frozenset("|;,\t")
 _DIV_AFTER = re.compile(r"\s*/")
 
 
@@ -129,11 +130,12 @@ def context(text: str, start: int, end: int, positive: re.Pattern[str], strict: 
     if strict and (last in ("(", "[", "/") or _CLOSE_AFTER.match(text, end) or _DIV_AFTER.match(text, end)
                    or (last == "," and (_LIST_ITEM.match(text, end) or _LIST_BEFORE.search(before)))):
         return -1
-    # A label further back on the same line: "Contact: Aleks Lepmets | 0167.3644".
-    far = max(0, start - 64)
-    nl = text.rfind("\n", far, start)
-    if positive.search(text, far if nl == -1 else nl + 1, start):
-        return 1
+    # A field of a record whose label is further back on the line: "Contact: Aleks Lepmets | 0167.3644".
+    if last in _FIELD_SEPARATORS:
+        far = max(0, start - 64)
+        nl = text.rfind("\n", far, start)
+        if positive.search(text, far if nl == -1 else nl + 1, start):
+            return 1
     return 0
 
 

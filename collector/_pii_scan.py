@@ -264,7 +264,8 @@ def _scan_numbers(text: str, found: list[Candidate], bits: int) -> None:
     patterns was validated seven times, context words and all)."""
     n = len(text)
     for s, e, w, nd, inside in _numeric_windows(text):
-        if not inside:
+        # An ISO date (2024-06-02, the head of every log timestamp) is none of these kinds.
+        if not inside and not (nd == 8 and len(w) == 10 and w[4] == "-" == w[7]):
             run_end = s + len(w)
             for bit, det, ok in _NUM_BY_ND[nd if nd < _MAX_ND else _MAX_ND]:
                 if bits & bit and (ok is None or ok(w)):

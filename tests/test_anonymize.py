@@ -934,7 +934,8 @@ def test_phone_shaped_look_alikes_stay(text: str) -> None:
 
 @pytest.mark.parametrize("text,value", [
     ("Contact: Aleks Lepmets | 0167.3644", "0167.3644"),  # the label further back on the line
-    ("tel 372-8-9709-9897", "372-8-9709-9897"),  # a one-digit group
+    ("Telefon: Kadri Tamm, 5312 8846", "5312 8846"),
+    ("tel 372-8-9709-9897", "372-8-9709-9897"),  # a one-digit area code after the country code
 ])
 def test_phones_announced_further_back(text: str, value: str) -> None:
     assert ("PHONE", value) in found(text, Anonymizer(names=False))
