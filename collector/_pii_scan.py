@@ -258,22 +258,24 @@ def _run_fired(dets: tuple[tuple[int, Detector], ...], bits: int, text: str, fou
 
 
 def _scan_numbers(text: str, found: list[Candidate], bits: int) -> None:
-    """The numeric detectors in each run of digits, most specific first (the table's order). Once a
-    candidate covers the whole run, the rest stop: what they could still find lies inside the run,
-    is no longer and ranks lower, so `_select` would drop it (a phone number matched by seven
-    patterns was validated seven times, context words and all)."""
+    """The numeric detectors in each run of digits, most specific first (IBAN, then the table's
+    order). Once a candidate covers the whole run, the rest stop: what they could still find lies
+    inside the run, is no longer and ranks lower, so `_select` would drop it (a phone number matched
+    by seven patterns was validated seven times, context words and all)."""
     n = len(text)
     for s, e, w, nd, inside in _numeric_windows(text):
+        run_end = s + len(w)
+        if nd >= 8:  # IBAN: the country code is left of the digits
+            if _IBAN_HEAD.search(text, max(0, s - _IBAN_LEFT), s + 4):
+                k = len(found)
+                _run(_IBAN_DET, text, max(0, s - _IBAN_LEFT), min(n, e + _IBAN_RIGHT), found)
+                if len(found) > k and any(c[0] <= s and c[1] >= run_end for c in found[k:]):
+                    continue
         # An ISO date (2024-06-02, the head of every log timestamp) is none of these kinds.
         if not inside and not (nd == 8 and len(w) == 10 and w[4] == "-" == w[7]):
-            run_end = s + len(w)
             for bit, det, ok in _NUM_BY_ND[nd if nd < _MAX_ND else _MAX_ND]:
                 if bits & bit and (ok is None or ok(w)):
                     k = len(found)
                     _run(det, text, s, e, found)
                     if len(found) > k and any(c[0] <= s and c[1] >= run_end for c in found[k:]):
                         break
-        if nd >= 8:  # IBAN: the country code is left of the digits
-            if _IBAN_HEAD.search(text, max(0, s - _IBAN_LEFT), s + 4):
-                _run(_IBAN_DET, text, max(0, s - _IBAN_LEFT), min(n, e + _IBAN_RIGHT), found)
-
