@@ -30,7 +30,8 @@ ACTION_HELP = (
     "what it printed, the scene, and every check of the model against this instruction. A snippet that raises "
     "changes nothing. Conventions: 1 Blender unit = 1 mm, z is up. The model is every visible object with its "
     "modifiers applied; hide helper objects such as boolean cutters (obj.hide_set(True)) or delete them. Round "
-    "features need at least 32 segments (a multiple of 4), fillets at least 8. Steps may import only bpy, bmesh, "
+    "features need at least 32 segments (a multiple of 4), fillets at least 8; a model of more than 200,000 triangles is "
+    "not checked (these parts need a few thousand). Steps may import only bpy, bmesh, "
     "mathutils, math, random, itertools, functools, collections, statistics; no file access and no importing or "
     "linking geometry from files. The episode ends when every check passes; reply without code to stop earlier.")
 
