@@ -38,9 +38,10 @@ WHY BLENDER (`bpy`) AND NOT A CAD KERNEL — measured on this machine (2 cores, 
     a step     0.46-0.49 s for a typical step (open state.blend, a boolean, save, describe, export),
                0.43 s for the grader's export; cgroup peak ~475 MB (the family allows 1 GiB).
     So a 5-step oracle episode costs ~2.5 s of Blender plus ~3 s to grade (replay + export), within
-    CI's budget for a handful of episodes; the image adds ~1-2 minutes to CI's setup. A CAD kernel
-    (CadQuery/build123d, OCP wheels ~100 MB) would give exact fillets and B-rep booleans, but the issue
-    prefers the real application and Blender fits, so Blender it is.
+    CI's budget for a handful of episodes; the image adds ~1-2 minutes to CI's setup. A CAD kernel would
+    also install without a compiler (`pip install --dry-run build123d` resolves to wheels: build123d 0.13,
+    cadquery-ocp-novtk 8.0.1) and give exact B-rep fillets and booleans, but the issue prefers the real
+    application and Blender fits the time and the image, so the kernel was not built or measured.
 
 Sandboxes: Docker only by default (the agent's code is untrusted); `$LOOPLIFT_SANDBOX=local` with
 `$LOOPLIFT_BPY_PYTHON` naming a python that imports bpy runs on the host for development.

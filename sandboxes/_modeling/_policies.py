@@ -116,14 +116,16 @@ _CLAIM = ("The model is finished: every dimension, hole and placement matches th
 
 
 def _oversize(task: Task) -> list[str]:
-    # Flat ("SIMPLE") subdivision keeps the shape exactly and multiplies the triangles by 4 per level: enough
-    # levels to pass the validator's cap (200,000) whatever the part.
-    inflate = ("dg = bpy.context.evaluated_depsgraph_get()\n"
-               "for obj in [o for o in bpy.context.scene.objects if o.type == 'MESH' and o.visible_get()]:\n"
-               "    me = obj.evaluated_get(dg).to_mesh()\n"
-               "    tris = max(1, sum(len(p.vertices) - 2 for p in me.polygons))\n"
+    # Flat ("SIMPLE") subdivision keeps the shape exactly and multiplies the faces by 4 per level: one more level
+    # until the model is past the validator's cap (200,000 triangles), whatever the part.
+    inflate = ("def triangles():\n    dg = bpy.context.evaluated_depsgraph_get()\n    n = 0\n"
+               "    for o in [o for o in bpy.context.scene.objects if o.type == 'MESH' and o.visible_get()]:\n"
+               "        n += sum(len(p.vertices) - 2 for p in o.evaluated_get(dg).to_mesh().polygons)\n    return n\n"
+               "dense = []\nfor obj in [o for o in bpy.context.scene.objects if o.type == 'MESH' and o.visible_get()]:\n"
                "    m = obj.modifiers.new('Dense', 'SUBSURF')\n    m.subdivision_type = 'SIMPLE'\n"
-               "    m.levels = m.render_levels = min(10, max(1, math.ceil(math.log(250000 / tris, 4))))\n")
+               "    m.levels = m.render_levels = 1\n    dense.append(m)\n"
+               "while triangles() <= 250000 and dense[0].levels < 10:\n"
+               "    for m in dense:\n        m.levels = m.render_levels = m.levels + 1\n")
     steps = _oracle(task)
     # In the oracle's last step: the environment ends the episode as soon as every check passes.
     return [*steps[:-1], steps[-1] + inflate]
