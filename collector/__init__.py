@@ -8,6 +8,8 @@ Public API:
   schema by Alembic migrations).
 - `anonymize_text`, `anonymize_trajectory`, `AnonymizerState`, `Entity`: the anonymizer.
 - `export`, `ExportManifest`, `ExportFilters`: training data export.
+- `record_event`: hand the collector a record its dashboard shows (the trainer's retrain runs).
+- `LangfuseSettings`: the Langfuse export (`CollectorSettings.langfuse`); the dashboard is served at `/dashboard`.
 - errors: `CollectorError` and its subclasses (see `collector.errors`).
 """
 
@@ -16,9 +18,10 @@ from __future__ import annotations
 from ._anonymize import Anonymizer, AnonymizerState, Entity, anonymize_text, anonymize_trajectory
 from ._app import create_app
 from ._db import CollectorStats, GroupStats, PurgeResult, Store, WindowStats, open_store
+from ._events import record_event
 from ._export import ExportFilters, ExportManifest, export
 from ._serve import ServerHandle, serve_in_thread
-from ._settings import CollectorSettings
+from ._settings import CollectorSettings, LangfuseSettings
 from .errors import (
     CollectorError,
     ConfigError,
@@ -41,6 +44,7 @@ __all__ = [
     "ExportFilters",
     "ExportManifest",
     "GroupStats",
+    "LangfuseSettings",
     "MigrationError",
     "PurgeResult",
     "ServerHandle",
@@ -54,5 +58,6 @@ __all__ = [
     "create_app",
     "export",
     "open_store",
+    "record_event",
     "serve_in_thread",
 ]

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,6 +88,7 @@ class TrajectoryRow(_CollectorModel, table=True):
     quality: float | None = Field(default=None, description="learned P(success), by `collector score`")
     score_source: str | None = Field(default=None, sa_type=sa.String(16), description="what decided `score`")
     cluster: int | None = Field(default=None, index=True, description="diversity cluster, by `collector score`")
+    pii: str | None = Field(default=None, sa_type=sa.Text, description='values replaced at ingest per kind, JSON {"EMAIL": 2}')
 
 
 class FeedbackRow(_CollectorModel, table=True):
@@ -369,6 +371,16 @@ class Store:
     def __init__(self, engine: Engine, anonymizer: Anonymizer | None = None) -> None:
         self.engine = engine
         self.anonymizer = anonymizer or default_anonymizer()
+        #: Called after a commit with the stored rows (`add_trajectories`: the inserted rows' dicts, anonymized
+        #: `data` included) or `("feedback", row dict)`; the Langfuse exporter listens here. Must not block.
+        self.listeners: list[Callable[[str, Any], None]] = []
+
+    def _notify(self, what: str, payload: Any) -> None:
+        for listener in self.listeners:
+            try:
+                listener(what, payload)
+            except Exception:  # an observer must never fail a write that already committed
+                logging.getLogger("looplift.collector").exception("store listener failed")
 
     @property
     def dialect(self) -> str:
@@ -428,11 +440,16 @@ class Store:
                     inserted = set(conn.execute(stmt, rows).scalars().all())
             except sa.exc.SQLAlchemyError as e:
                 raise StorageError(f"could not store {len(ids)} trajectories: {_short(e)}") from e
+            if self.listeners and inserted:
+                self._notify("trajectories", [r for r in rows if r["id"] in inserted])
         return IngestResult(accepted=len(inserted), duplicates=len(ids) - len(inserted), ids=ids)
 
     def _row(self, t: Trajectory, now: datetime, anonymize: bool) -> dict[str, Any]:
+        pii: dict[str, int] = {}
         if anonymize:
-            t = self.anonymizer.trajectory(t)
+            t, found = self.anonymizer.trajectory_entities(t)
+            for e in found:
+                pii[e.kind] = pii.get(e.kind, 0) + 1
         s = score_trajectory(t)
         return {
             "id": t.id,
@@ -450,6 +467,7 @@ class Store:
             "started_at": to_naive_utc(t.started_at),
             "finished_at": to_naive_utc(t.finished_at),
             "data": t.model_dump_json(),
+            "pii": json.dumps(pii, sort_keys=True) if pii else None,
         }
 
     def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> int:
@@ -474,9 +492,11 @@ class Store:
                 fid = int(conn.execute(sa.insert(f).values(**values).returning(f.id)).scalar_one())
                 # The same transaction recomposes the trajectory's score with the new rating.
                 conn.execute(self._recompose(t.id == fb.trajectory_id, with_rating=True))
-                return fid
         except sa.exc.SQLAlchemyError as e:
             raise StorageError(f"could not store feedback for trajectory {fb.trajectory_id!r}: {_short(e)}") from e
+        if self.listeners:
+            self._notify("feedback", values | {"id": fid})
+        return fid
 
     # -- deletes ---------------------------------------------------------------------------
 

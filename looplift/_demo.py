@@ -26,15 +26,16 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import httpx
 
 import sdk
 from sdk import looplift_home
 from sdk.infra import atomic_write, atomic_write_json
-from trainer import BaseModelConfig, JobConfig, SFTConfig, build_base_model, evaluate, run_job
+from trainer import BaseModelConfig, JobConfig, SFTConfig, evaluate, run_job
 
+from ._model import tiny_model
 from ._stack import Stack, StackConfig
 
 
@@ -55,6 +56,9 @@ class DemoConfig:
     json_out: Path = Path("bench/results/demo.json")
     chart_out: Optional[Path] = None
     """Default: beside json_out, with a .png suffix."""
+    before_stop: Optional[Callable[[dict[str, str]], None]] = None
+    """Called with the running stack's `gateway`, `collector`, `admin_token` and `state` after the last cycle and
+    before the stack stops (scripts/dashboard_screenshot.py photographs the dashboard there)."""
 
 
 @dataclass
@@ -128,10 +132,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
                         console=con, transient=False)
     state = looplift_home() / "demo" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     state.mkdir(parents=True)
-    with progress:
-        bar = progress.add_task("base model", total=config.base.steps)
-        model_dir = build_base_model(config.base, progress=lambda s, n, loss: progress.update(bar, completed=s))
-        progress.update(bar, completed=config.base.steps, description=f"base model {model_dir.name}")
+    model_dir = tiny_model(con, config.base)
 
     backend = config.sandbox_backend or detect_backend()
     con.print(f"sandboxes: [bold]{backend}[/bold]" + ("" if backend == "docker" else " (no Docker engine answered)"))
@@ -148,6 +149,9 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
         loop = _Loop(config, progress, stack.gateway.url, admin_token, db_url, model_dir, state, pool, client)
         with progress:
             loop.run()
+        if config.before_stop is not None:
+            config.before_stop({"gateway": stack.gateway.url, "collector": stack.collector.url,
+                                "admin_token": admin_token, "state": str(state)})
     result = {
         "cycles": [r.__dict__ for r in loop.records],
         "swap_requests": loop.canary_sent,

@@ -23,12 +23,13 @@ from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
 from ._envs import CodeEnv, ShellEnv
-from ._families import env_families
+from ._families import build_coding_tasks, env_families
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
 from ._local import LocalSandbox
 from ._pool import SandboxPool
+from ._snapshot import EnvSnapshot
 from .errors import (
     EngineUnavailableError,
     ImageBuildError,
@@ -51,6 +52,7 @@ __all__ = [
     "BackendChoice",
     "CodeEnv",
     "DockerSandbox",
+    "EnvSnapshot",
     "EngineUnavailableError",
     "ExecResult",
     "ImageBuildError",
@@ -66,6 +68,7 @@ __all__ = [
     "SandboxPool",
     "SandboxStartError",
     "ShellEnv",
+    "build_coding_tasks",
     "build_image",
     "choose_backend",
     "detect_backend",

@@ -27,17 +27,17 @@ SAMPLING = Sampling(max_tokens=64, seed=0)
 class _PooledEnvs:
     """An env factory over a sandbox pool, started on first use when none was given."""
 
-    def __init__(self, pool: "Optional[SandboxPool]", backend: Optional[str]) -> None:
+    def __init__(self, pool: "Optional[SandboxPool]", backend: Optional[str], size: Optional[int] = None) -> None:
         self._pool, self._own = pool, pool is None
-        self._backend = backend
+        self._backend, self._size = backend, size
         self._lock = threading.Lock()
 
     def __call__(self) -> ArithmeticEnv:
         with self._lock:
             if self._pool is None:
-                from ._factory import make_pool
+                from ._factory import family_pool_size, make_pool
 
-                self._pool = make_pool(self._backend)
+                self._pool = make_pool(self._backend, size=family_pool_size(self._size))
                 atexit.register(self.close)
         return ArithmeticEnv(pool=self._pool)
 

@@ -6,6 +6,7 @@ Imports only httpx, openai and pydantic: no torch, vllm, docker or sqlmodel.
 from ._collector_client import ClientStats, CollectorClient
 from ._env import Environment, StepResult, Verifier
 from ._home import looplift_home
+from ._judge import LLMJudge
 from ._loop import Sampling, arun, run
 from ._suite import Budget, EnvFamily, EvalSuite, Policy, task_slice
 from ._types import (
@@ -22,8 +23,10 @@ from ._types import (
     TrajectoryBatch,
     TurnTokens,
 )
+from ._verifiers import AllOf, Gated, Weighted
 
 __all__ = [
+    "AllOf",
     "Budget",
     "ClientStats",
     "EnvFamily",
@@ -40,7 +43,9 @@ __all__ = [
     "TRAJECTORY_SCHEMA_VERSION",
     "Environment",
     "Feedback",
+    "Gated",
     "IngestResult",
+    "LLMJudge",
     "Message",
     "Outcome",
     "Step",
@@ -50,4 +55,5 @@ __all__ = [
     "TrajectoryBatch",
     "TurnTokens",
     "Verifier",
+    "Weighted",
 ]

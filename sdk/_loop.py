@@ -193,7 +193,8 @@ class _Episode:
             messages=self.messages, turns=self.turns, steps=self.steps, metadata=self.meta, started_at=started,
             finished_at=datetime.now(timezone.utc), end_reason=reason,
         )
-        traj.outcome = _judge(self.ctx.verifier, self.task, traj)
+        # In a worker thread: verifiers block (a sandboxed test run), and the other episodes must go on meanwhile.
+        traj.outcome = await _call(_judge, self.ctx.verifier, self.task, traj)
         return traj
 
     async def _loop(self) -> EndReason:

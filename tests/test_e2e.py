@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -23,9 +24,10 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One LOOPLIFT_HOME for the module, so the tiny base model is built once and then reused from the cache."""
-    return tmp_path_factory.mktemp("looplift-home")
+def home(tmp_path_factory: pytest.TempPathFactory, looplift_home_with_base_model: Callable[[Path], Path]) -> Path:
+    """One LOOPLIFT_HOME for the module; its base-model cache holds the session's build (conftest), so the
+    ~4 CPU-minute build runs once per test session, not once per module that needs it."""
+    return looplift_home_with_base_model(tmp_path_factory.mktemp("looplift-home"))
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -115,6 +117,24 @@ def test_up_serves_the_example_and_the_collector(home: Path) -> None:
         assert first["candidate"] == "policy-v1" and first["serving"] == "policy-v0"
         second = trainer_run()
         assert second["status"] == "skipped" and "no new data" in second["reason"]
+        # `looplift status` on the running stack: what serves, its gate figures, live success, pending data.
+        st = subprocess.run([str(BIN / "looplift"), "status", "--json", "--gateway", f"http://127.0.0.1:{gw}",
+                             "--collector", f"http://127.0.0.1:{col}"], env=_env(home), capture_output=True, text=True,
+                            timeout=120)
+        status = json.loads(st.stdout)
+        assert st.returncode == 0 and status["healthy"], (status["problems"], st.stderr[-2000:])
+        serving = first["candidate"] if first["status"] == "promoted" else "policy-v0"
+        assert status["gateway"]["status"] == "ok" and status["gateway"]["serving"] == serving
+        assert status["gate"]["run_id"] == first["run_id"] and status["gate"]["n"] == 100
+        assert status["live"]["all"]["episodes"] == 6 and status["pending"]["scored"] == 0
+        assert status["runs"]["last"]["status"] == "skipped"
+        # The dashboard `up` links to: the trainer's runs (published into the collector) and the gateway's versions.
+        token = (home / "admin.token").read_text().strip()
+        dash = {ep: httpx.get(f"http://127.0.0.1:{col}/v1/dashboard/{ep}", headers={"Authorization": f"Bearer {token}"},
+                              timeout=30).json() for ep in ("runs", "versions")}
+        assert [r["run_id"] for r in dash["runs"]] == [first["run_id"], second["run_id"]]
+        assert dash["versions"]["gateway"]["serving"] == serving
+        assert f"127.0.0.1:{col}/dashboard#token=" in (home / "up.log").read_text()
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         try:

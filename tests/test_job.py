@@ -118,3 +118,28 @@ def test_runs_without_a_result_show_as_interrupted_or_running(tmp_path: Path) ->
     first, second = list_runs(tmp_path / "runs")
     assert first["status"] == "interrupted" and first["trigger"] == "cron" and "killed" in first["reason"]
     assert second["status"] == "running"
+
+
+def test_every_run_is_published_to_the_collector_for_its_dashboard(job: JobConfig) -> None:
+    from collector import CollectorSettings, create_app
+    from fastapi.testclient import TestClient
+
+    gw = FakeGateway({"policy-v0": set(range(10))})
+    gw.next_skill = set(range(40))
+    first = _run(job, gw, trigger="new-data: 12 new")
+    second = _run(job, gw)  # the same data again: skipped, published too
+    app = create_app(CollectorSettings(db_url=job.collector_db, admin_token="t"))
+    with TestClient(app) as client:
+        runs = client.get("/v1/dashboard/runs", headers={"Authorization": "Bearer t"}).json()
+    assert [(r["run_id"], r["status"]) for r in runs] == [(first.run_id, "promoted"), (second.run_id, "skipped")]
+    assert runs[0]["trigger"] == "new-data: 12 new" and runs[0]["gate"]["b"] == 30
+    lo, hi = runs[0]["candidate_ci"]  # 40/40 on the gate: the 95% Wilson interval is [0.91, 1]
+    assert 0.9 < lo < 0.92 and hi == 1.0
+
+
+def test_a_collector_that_cannot_take_the_record_costs_a_warning_not_the_run(tmp_path: Path) -> None:
+    from trainer._runs import publish_run
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert publish_run(f"sqlite:///{blocker}/collector.db", {"run_id": "r1", "status": "promoted"}) is False

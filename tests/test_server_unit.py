@@ -3,7 +3,6 @@ failures, the gateway with vLLM down, the admin client and CLI error paths."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -11,11 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
-from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 import server
+from _adapters import write_adapter
 from server import (
     AdapterInvalidError,
     AdminClient,
@@ -32,15 +30,8 @@ from server._vllm import build_command, free_port
 
 
 # ---- adapter validation --------------------------------------------------------------------------
-def _adapter(d: Path, r: int = 8) -> Path:
-    d.mkdir(parents=True)
-    (d / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": r, "target_modules": ["q_proj"]}))
-    save_file({"base_model.model.layers.0.q_proj.lora_A.weight": torch.zeros(r, 16)}, str(d / "adapter_model.safetensors"))
-    return d
-
-
 def test_validate_accepts_a_good_adapter(tmp_path: Path) -> None:
-    assert validate_adapter(str(_adapter(tmp_path / "a")), 8) == (tmp_path / "a").resolve()
+    assert validate_adapter(str(write_adapter(tmp_path / "a")), 8) == (tmp_path / "a").resolve()
 
 
 @pytest.mark.parametrize(
@@ -59,7 +50,7 @@ def test_validate_accepts_a_good_adapter(tmp_path: Path) -> None:
     ],
 )
 def test_validate_names_the_problem(tmp_path: Path, mutate, problem: str) -> None:  # type: ignore[no-untyped-def]
-    d = _adapter(tmp_path / "a")
+    d = write_adapter(tmp_path / "a")
     mutate(d)
     with pytest.raises(AdapterInvalidError) as e:
         validate_adapter(str(d), 8)
@@ -68,10 +59,7 @@ def test_validate_names_the_problem(tmp_path: Path, mutate, problem: str) -> Non
 
 
 def test_validate_rejects_non_lora_tensors(tmp_path: Path) -> None:
-    d = tmp_path / "a"
-    d.mkdir()
-    (d / "adapter_config.json").write_text('{"r": 8}')
-    save_file({"weight": torch.zeros(2)}, str(d / "adapter_model.safetensors"))
+    d = write_adapter(tmp_path / "a", tensors=("weight",))
     with pytest.raises(AdapterInvalidError, match="no lora_A/lora_B"):
         validate_adapter(str(d), 8)
 
@@ -183,14 +171,14 @@ def test_cli_admin_error_exits_nonzero_without_traceback(tmp_path: Path, monkeyp
 
 # ---- process supervision (a real child process stands in for vLLM: only its lifetime matters) ------
 def _spawn(cmd: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    import subprocess
     import sys
 
+    from sdk.infra import spawn_tied
     from server import VLLMServer
 
     log = tmp_path / "child.log"
     log.write_text("line one\nboom: out of memory\n")
-    p = subprocess.Popen(["bash", "-c", cmd], start_new_session=True)
+    p = spawn_tied(["bash", "-c", cmd])
     return VLLMServer(p, command=[sys.executable], host="127.0.0.1", port=1, log_path=log, startup_s=0.0)
 
 

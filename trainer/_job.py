@@ -40,7 +40,7 @@ from ._eval import EvalResult, evaluate
 from ._gate import GateConfig, gate
 from ._interrupt import StopToken
 from ._lock import JobLock
-from ._runs import default_runs_dir, last_decided
+from ._runs import default_runs_dir, last_decided, publish_run
 from sdk import EvalSuite
 from ._steps import JobContext, TrainStep, resolve_train_step
 from .errors import JobInterrupted, PublishError
@@ -193,6 +193,7 @@ def run_job(
     def record(result: JobResult) -> JobResult:
         result = dataclasses.replace(result, finished_at=_now(), seconds=round(time.monotonic() - t0, 2))
         atomic_write_json(run_dir / "result.json", result.to_dict())
+        publish_run(config.collector_db, result.to_dict())
         return result
 
     lock = JobLock(config.collector_db, runs)

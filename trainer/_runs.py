@@ -11,12 +11,15 @@ every interrupted run it is redone by the next trigger. Statuses: promoted, reje
 skipped (nothing new, too little data, another job running), interrupted, failed.
 
 The history is files, not a table, so that it needs no database of its own; for schedulers on several
-hosts put the runs dir on storage they share (the job lock already serializes them).
+hosts put the runs dir on storage they share (the job lock already serializes them). Each recorded result
+is also handed to the collector (`publish_run`: its `events` table, which the dashboard reads); a
+collector that cannot take it costs a log line, never the run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from datetime import datetime
@@ -100,3 +103,17 @@ def measured_success(runs: Path, version: str) -> Optional[tuple[float, str]]:
         if rec.get("serving") == version and rec.get("serving_success") is not None:
             return float(rec["serving_success"]), str(rec["run_id"])
     return None
+
+
+def publish_run(db_url: str, record: dict[str, Any]) -> bool:
+    """Hand a run's record to the collector database `db_url` (the dashboard's retrain runs); False, with a
+    warning logged, when the collector cannot take it (the run itself is recorded in its directory anyway)."""
+    try:
+        from collector import record_event
+
+        record_event(db_url, "retrain_run", record, key=str(record["run_id"]))
+    except Exception as e:  # noqa: BLE001 - the dashboard's copy must never fail or hide the run's outcome
+        logging.getLogger("looplift.trainer").warning("could not publish run %s to the collector (%s): %s",
+                                                      record.get("run_id"), db_url, e)
+        return False
+    return True

@@ -14,7 +14,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 
@@ -71,6 +71,17 @@ def _server_class() -> Any:
     return _Quiet
 
 
+def _loop_factory(fast: bool) -> Optional[Callable[[], asyncio.AbstractEventLoop]]:
+    if not fast:
+        return None
+    try:
+        import uvloop
+    except ImportError:  # not installed (e.g. Windows): the standard loop serves the same, slower
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def start_server_thread(
     app: Any,
     host: str,
@@ -80,9 +91,12 @@ def start_server_thread(
     start_timeout_s: float = 30.0,
     log_level: str = "warning",
     graceful_shutdown_s: Optional[int] = None,
+    fast_loop: bool = False,
 ) -> ServerThread:
     """Serve the ASGI `app` on `host:port` (0 = a free port) in a daemon thread; return once it serves.
 
+    `fast_loop` runs the server on uvloop when it is installed (the gateway's hot path spends noticeably less
+    CPU per request there); otherwise, and by default, on asyncio's own loop.
     Raises `ServerThreadError` naming the address when the port cannot be bound or the app fails to start.
     """
     import uvicorn
@@ -101,10 +115,12 @@ def start_server_thread(
                             timeout_graceful_shutdown=graceful_shutdown_s)
     server = _server_class()(config)
     errors: list[BaseException] = []
+    loop_factory = _loop_factory(fast_loop)
 
     def run() -> None:
         try:
-            asyncio.run(server.serve(sockets=[sock]))
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                runner.run(server.serve(sockets=[sock]))
         except BaseException as e:  # noqa: BLE001 - surfaced to the caller below; a thread cannot raise into it
             errors.append(e)
         finally:

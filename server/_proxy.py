@@ -1,0 +1,248 @@
+"""The hot path: `POST /v1/chat/completions` and `/v1/completions`, as a plain ASGI handler.
+
+Every request to the model crosses this code, so it is written against ASGI directly (no FastAPI routing,
+dependency solving or middleware stack; the profile in bench/gateway.py showed those, httpx and per-request
+metric label lookups as most of the gateway's cost). One request is:
+
+1. read the body; check the API key (when keys are configured) and the body (`_body.parse_body`);
+2. `registry.acquire(model)`: resolve the alias to a version and hold a lease on it;
+3. forward the client's bytes, with only `model` rewritten, to vLLM (`_upstream.Upstream`);
+4. relay the answer: a JSON answer whole, an SSE stream chunk by chunk as vLLM produces it (byte for byte);
+   both carry `x-looplift-version`, and the `model` field vLLM writes names the version that answered;
+5. release the lease and count the request, however it ended: answered, vLLM failed, client gone.
+
+Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`). A client that disconnects
+during a stream ends the upstream request too, so vLLM stops generating for nobody.
+
+Where later features plug in: traffic capture and tool-call parsing observe an exchange at `_exchange`'s
+end (the parsed `RequestBody`, the answer bytes or the stream chunks, the lease's version, the status);
+several vLLM replicas replace the one `Upstream` with a pool that picks a replica for the lease's version.
+Deliberately not here: admin, health, models and metrics routes (`_gateway`), version bookkeeping
+(`_registry`), rate limiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable, MutableMapping, Optional
+
+import aiohttp
+
+from . import _defaults as D
+from ._body import BadRequest, RequestBody, parse_body
+from ._metrics import GatewayMetrics
+from ._registry import Lease, Registry
+from ._settings import GatewaySettings
+from ._upstream import Upstream, UpstreamHTTPError
+from .errors import ServerError
+
+log = logging.getLogger("looplift.server.gateway")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+#: The proxied endpoints and the field each one requires.
+ENDPOINTS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt"}
+_VERSION_HEADER = b"x-looplift-version"
+
+
+def error_payload(status: int, message: str, *, type_: Optional[str] = None, param: Optional[str] = None,
+                  code: Optional[str] = None) -> dict[str, Any]:
+    """An OpenAI-style error body."""
+    if type_ is None:
+        type_ = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def bearer_token(authorization: Optional[str]) -> Optional[str]:
+    """The token of an `Authorization: Bearer <token>` header value, else None."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def api_key_error(settings: GatewaySettings, authorization: Optional[str]) -> Optional[dict[str, Any]]:
+    """None when `/v1` may be used with this Authorization header value; else the 401 body."""
+    if not settings.api_keys:
+        return None
+    token = bearer_token(authorization)
+    if token is not None and any(hmac.compare_digest(token.encode(), k.encode()) for k in settings.api_keys):
+        return None
+    return error_payload(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with one of the "
+                         f"keys in ${D.API_KEYS_ENV}.", code="invalid_api_key")
+
+
+async def send_json(send: Send, status: int, payload: Any, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """Answer with a JSON body (one ASGI start + one body message)."""
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    await _answer(send, status, body, b"application/json", headers)
+
+
+async def _answer(send: Send, status: int, body: bytes, content_type: bytes,
+                  headers: tuple[tuple[bytes, bytes], ...]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Proxy:
+    """The ASGI handler for `ENDPOINTS` (the gateway dispatches those paths here)."""
+
+    def __init__(self, settings: GatewaySettings, registry: Registry, upstream: Upstream,
+                 metrics: GatewayMetrics) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.upstream = upstream
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint: str = scope["path"]
+        t0 = time.perf_counter()
+        try:
+            await self._handle(endpoint, t0, scope, receive, send)
+        except Exception:  # a bug: log it, and answer 500 unless the answer has started (then uvicorn closes it)
+            log.exception("gateway error on %s", endpoint)
+            with contextlib.suppress(Exception):
+                await send_json(send, 500, error_payload(500, "Internal gateway error; see the gateway log."))
+
+    async def _handle(self, endpoint: str, t0: float, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            return await send_json(send, 405, error_payload(405, f"Use POST for {endpoint}."), ((b"allow", b"POST"),))
+        if self.settings.api_keys:
+            denied = api_key_error(self.settings, _header(scope, b"authorization"))
+            if denied is not None:
+                return await send_json(send, 401, denied)
+        raw = await _read_body(receive)
+        if raw is None:
+            return  # the client left before sending its whole body
+        try:
+            body = parse_body(raw, ENDPOINTS[endpoint])
+        except BadRequest as e:
+            return await send_json(send, 400, error_payload(400, e.message, param=e.param, code=e.code))
+        try:
+            registry = await self.registry.ready()
+        except ServerError as e:
+            self.metrics.upstream_error(endpoint)
+            return await send_json(send, 503, error_payload(
+                503, f"The gateway cannot reach vLLM yet: {e.message}", code="upstream_unavailable"))
+        lease = registry.acquire(body.model)
+        if lease is None:
+            self.metrics.request_done("unknown", "", endpoint, "404")
+            return await send_json(send, 404, error_payload(
+                404, f"The model '{body.model}' does not exist or is not loaded. Available: "
+                f"{', '.join(registry.model_ids())}.", param="model", code="model_not_found"))
+        await self._exchange(endpoint, body, lease, t0, receive, send)
+
+    async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float,
+                        receive: Receive, send: Send) -> None:
+        """Forward to vLLM and relay the answer; the lease is released and the request counted on every exit."""
+        version = lease.version
+        headers = ((_VERSION_HEADER, version.encode()),)
+        status = "client_closed"  # what a cancellation (client gone, shutdown) leaves behind
+        try:
+            status = await self._forward(endpoint, body.with_model(version), headers, receive, send)
+        finally:
+            lease.release()
+            model_label = body.model if body.model == self.registry.alias else version
+            self.metrics.request_done(model_label, version, endpoint, status, time.perf_counter() - t0)
+
+    async def _forward(self, endpoint: str, payload: bytes, headers: tuple[tuple[bytes, bytes], ...],
+                       receive: Receive, send: Send) -> str:
+        """Send `payload` to vLLM and relay its answer; returns the status label for the metrics."""
+        try:
+            r = await self.upstream.post(endpoint, payload)
+        except TimeoutError as e:
+            self.metrics.upstream_error(endpoint)
+            await send_json(send, 504, error_payload(504, f"vLLM did not answer in time ({self.upstream.describe(e)}).",
+                                                     code="upstream_timeout"), headers)
+            return "504"
+        except UpstreamHTTPError as e:
+            self.metrics.upstream_error(endpoint)
+            await send_json(send, 502, error_payload(502, f"vLLM is not reachable ({self.upstream.describe(e)}).",
+                                                     code="upstream_unavailable"), headers)
+            return "502"
+        async with r:  # on exit the connection goes back to the pool, or is closed if the answer was cut short
+            content_type = r.headers.get("Content-Type", "application/json")
+            if r.status == 200 and content_type.startswith("text/event-stream"):
+                return await self._relay_stream(endpoint, r, content_type.encode(), headers, receive, send)
+            try:
+                content = await r.read()
+            except UpstreamHTTPError as e:
+                self.metrics.upstream_error(endpoint)
+                await send_json(send, 502, error_payload(502, f"vLLM broke off its answer ({self.upstream.describe(e)}).",
+                                                         code="upstream_error"), headers)
+                return "502"
+            if r.status >= 500:
+                self.metrics.upstream_error(endpoint)
+            await _answer(send, r.status, content, content_type.encode(), headers)
+            return str(r.status)
+
+    async def _relay_stream(self, endpoint: str, r: aiohttp.ClientResponse, content_type: bytes,
+                            headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send) -> str:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", content_type), *headers]})
+        # A client that goes away must stop the generation: the watcher closes the upstream answer, which ends
+        # the read below with an error, and closing the connection makes vLLM abort the request.
+        gone = False
+
+        def on_disconnect(fut: asyncio.Future[None]) -> None:
+            nonlocal gone
+            if not fut.cancelled():
+                gone = True
+                r.close()
+
+        watch = asyncio.ensure_future(_until_disconnect(receive))
+        watch.add_done_callback(on_disconnect)
+        status = "200"
+        try:
+            async for chunk in r.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamHTTPError as e:
+            if not gone:
+                status = "stream_error"
+                self.metrics.upstream_error(endpoint)
+                err = error_payload(502, f"vLLM broke off the stream ({self.upstream.describe(e)})", code="upstream_error")
+                await send({"type": "http.response.body", "body": f"data: {json.dumps(err)}\n\n".encode(),
+                            "more_body": True})
+        finally:
+            watch.cancel()  # before the last message, which would wake it as a "disconnect"
+        if gone:
+            return "client_closed"
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return status
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    # The body has been read in full, so receive() only returns when the client disconnects.
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _read_body(receive: Receive) -> Optional[bytes]:
+    msg = await receive()
+    if msg["type"] != "http.request":
+        return None
+    body: bytes = msg.get("body", b"")
+    if not msg.get("more_body"):
+        return body
+    parts = [body]
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return None
+        parts.append(msg.get("body", b""))
+        if not msg.get("more_body"):
+            return b"".join(parts)
+
+
+def _header(scope: Scope, name: bytes) -> Optional[str]:
+    for k, v in scope["headers"]:
+        if k == name:
+            return str(v.decode("latin-1"))
+    return None
