@@ -53,15 +53,14 @@ importer that `_rules` cannot see would be caught only if its geometry were wron
 
 from __future__ import annotations
 
-import os
 import threading
-from typing import Any, Optional
+from typing import Optional
 
 from sdk import Budget, EnvFamily
 
 from .. import _defaults
 from .._config import SandboxConfig
-from .._factory import make_pool
+from .._factory import family_backend, family_pool_size, make_pool
 from .._pool import SandboxPool
 from ._blender import blender_python
 from ._env import TOOLS, ModelingEnv
@@ -77,7 +76,8 @@ SYSTEM_PROMPT = ("You are a CAD engineer working in Blender through its Python A
 #: Sandbox limits for Blender: it needs ~0.5 GB, more threads than a python3 command, and room for .blend files.
 CONFIG = SandboxConfig(image=_defaults.IMAGE_3D, memory_mb=1024, pids=256, timeout_s=60, workdir_mb=128)
 _LOCAL_MEMORY_MB = 4096  # RLIMIT_AS counts address space, and Blender maps far more than it uses
-BACKEND_ENV, POOL_ENV = "LOOPLIFT_SANDBOX", "LOOPLIFT_SANDBOX_POOL"
+_DESCRIPTION = ("3D parts in Blender: build a model from an instruction (sizes, holes, counts, placement) with bpy "
+                "snippets, step by step; checked with trimesh (watertight, bounds, volume, holes).")
 
 
 class _Pools:
@@ -111,27 +111,15 @@ def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None,
         import trimesh  # noqa: F401 - the validator's library; fail here, with the fix, not mid-episode
     except ImportError as e:
         raise ImportError(f"the modeling family needs trimesh and rtree ({e}); pip install 'looplift[envs]'") from e
-    name = backend or os.environ.get(BACKEND_ENV) or "docker"
+    # Docker unless told otherwise: unlike the other families, no fallback is detected (Blender is in the image).
+    name = family_backend(backend) or "docker"
     if name not in ("docker", "local"):
         raise ValueError(f"unknown sandbox backend {name!r}; use docker or local")
     python = blender_python(name)
     if name == "local":
         config = SandboxConfig(**{**config.to_dict(), "memory_mb": max(config.memory_mb, _LOCAL_MEMORY_MB)})  # type: ignore[arg-type]
-    size = int(pool_size or os.environ.get(POOL_ENV) or _defaults.POOL_SIZE)
-    pools = _Pools(name, size, config)
-
-    def env_factory() -> Any:
-        return ModelingEnv(pools.get()[0], python=python, timeout_s=config.timeout_s)
-
+    pools = _Pools(name, family_pool_size(pool_size), config)
     return EnvFamily(
-        name="modeling",
-        description="3D parts in Blender: build a model from an instruction (sizes, holes, counts, placement) with "
-                    "bpy snippets, step by step; checked with trimesh (watertight, bounds, volume, holes).",
-        tasks=lambda split, n, seed: tasks(split, n, seed),
-        env_factory=env_factory,
-        verifier=ModelingVerifier(lambda: pools.get()[1], python=python, timeout_s=config.timeout_s),
-        policies=dict(POLICIES),
-        budget=Budget(max_steps=12, max_seconds=900),
-        system_prompt=SYSTEM_PROMPT,
-        close=pools.close,
-    )
+        "modeling", _DESCRIPTION, tasks, lambda: ModelingEnv(pools.get()[0], python=python, timeout_s=config.timeout_s),
+        ModelingVerifier(lambda: pools.get()[1], python=python, timeout_s=config.timeout_s), dict(POLICIES),
+        budget=Budget(max_steps=12, max_seconds=900), system_prompt=SYSTEM_PROMPT, close=pools.close)
