@@ -206,6 +206,21 @@ def test_the_registry_lists_the_family_and_loading_it_starts_nothing() -> None:
         fam.close()  # nothing was started, nothing to stop
 
 
+def test_a_backend_without_blender_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from looplift._cli import app
+
+    monkeypatch.delenv("LOOPLIFT_BPY_PYTHON", raising=False)
+    with pytest.raises(ValueError, match="unknown sandbox backend 'k8s'; use docker or local"):
+        family(backend="k8s")
+    res = CliRunner().invoke(app, ["env", "try", "modeling", "--sandbox", "local", "--episodes", "1", "--json"],
+                             env={"LOOPLIFT_SANDBOX": None, "LOOPLIFT_SANDBOX_POOL": None, "LOOPLIFT_BPY_PYTHON": None})
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "cannot load the modeling family: ValueError: the modeling family runs Blender in the 3D Docker image; " \
+           "for the local backend set $LOOPLIFT_BPY_PYTHON" in res.output
+
+
 # -- Blender in the 3D image ------------------------------------------------------------------------------
 
 _CHOICE = choose_backend(None, CONFIG.image)
