@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -43,6 +44,7 @@ def main() -> None:
     names = [p for p in args.policies.split(",") if p] or ["oracle", "noop", *fam.cheats()]
     sample = tasks("held_out", args.n, 0)
     rows = []
+    load_before = os.getloadavg()  # the machine is shared: say how busy it was
     try:
         for name in names:
             t0 = time.monotonic()
@@ -66,17 +68,13 @@ def main() -> None:
     for r in rows:
         for task_id, why in r["unexpected"][:5]:
             console.print(f"[red]{r['policy']} {task_id}[/red]: {why}")
-    result = {"machine": {"python": platform.python_version(), "cpus": _cpus()}, "n": len(sample),
-              "concurrency": args.concurrency, "rows": rows}
+    result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count() or 0,
+                          "load_avg_before": [round(x, 2) for x in load_before],
+                          "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
+              "n": len(sample), "concurrency": args.concurrency, "rows": rows}
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2) + "\n")
         console.print(f"wrote {args.json_out}")
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
 
 
 def _row(name: str, trajs: list[sdk.Trajectory], wall: float) -> dict[str, object]:
