@@ -4,10 +4,12 @@ into training data by `collector export`.
 Public API:
 
 - `CollectorSettings`, `create_app`, `serve_in_thread` / `ServerHandle`: the ingest service.
-- `Store`, `open_store`, `CollectorStats`, `GroupStats`: the database (SQLite or Postgres,
+- `Store`, `open_store`, `CollectorStats`, `GroupStats`, `WindowStats`: the database (SQLite or Postgres,
   schema by Alembic migrations).
 - `anonymize_text`, `anonymize_trajectory`, `AnonymizerState`, `Entity`: the anonymizer.
 - `export`, `ExportManifest`, `ExportFilters`: training data export.
+- `record_event`: hand the collector a record its dashboard shows (the trainer's retrain runs).
+- `LangfuseSettings`: the Langfuse export (`CollectorSettings.langfuse`); the dashboard is served at `/dashboard`.
 - errors: `CollectorError` and its subclasses (see `collector.errors`).
 """
 
@@ -15,10 +17,11 @@ from __future__ import annotations
 
 from ._anonymize import Anonymizer, AnonymizerState, Entity, anonymize_text, anonymize_trajectory
 from ._app import create_app
-from ._db import CollectorStats, GroupStats, PurgeResult, Store, open_store
+from ._db import CollectorStats, GroupStats, PurgeResult, Store, WindowStats, open_store
+from ._events import record_event
 from ._export import ExportFilters, ExportManifest, export
 from ._serve import ServerHandle, serve_in_thread
-from ._settings import CollectorSettings
+from ._settings import CollectorSettings, LangfuseSettings
 from .errors import (
     CollectorError,
     ConfigError,
@@ -41,6 +44,7 @@ __all__ = [
     "ExportFilters",
     "ExportManifest",
     "GroupStats",
+    "LangfuseSettings",
     "MigrationError",
     "PurgeResult",
     "ServerHandle",
@@ -48,10 +52,12 @@ __all__ = [
     "Store",
     "UnknownTrajectoryError",
     "UnsupportedFormatError",
+    "WindowStats",
     "anonymize_text",
     "anonymize_trajectory",
     "create_app",
     "export",
     "open_store",
+    "record_event",
     "serve_in_thread",
 ]

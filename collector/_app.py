@@ -126,13 +126,15 @@ async def _read_capped(request: Request, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(settings: CollectorSettings | None = None, *, store: Store | None = None) -> FastAPI:
+def create_app(settings: CollectorSettings | None = None, *, store: Store | None = None,
+               langfuse: Any = None) -> FastAPI:
     """The collector's FastAPI app. Opens (and migrates) the store now unless one is given.
 
     Args:
         settings: configuration; `CollectorSettings.from_env()` when None.
         store: an already open store to use instead of opening `settings.db_url` (the app then
             does not close it on shutdown).
+        langfuse: a `LangfuseExporter` to export with (default: one made from `settings.langfuse`, if set).
     """
     settings = settings or CollectorSettings.from_env()
     owns_store = store is None
@@ -140,16 +142,27 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     the_store = store if store is not None else open_store(
         settings.db_url, anonymizer=settings.make_anonymizer(preload=True))
     keys = tuple(k.encode() for k in settings.api_keys)
+    if langfuse is None and settings.langfuse is not None:
+        from ._langfuse import LangfuseExporter
+
+        langfuse = LangfuseExporter(settings.langfuse)
+    if langfuse is not None:
+        langfuse.attach(the_store)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if langfuse is not None:
+            langfuse.start()
         yield
+        if langfuse is not None:
+            await run_in_threadpool(langfuse.close)
         if owns_store:
             the_store.close()
 
     app = FastAPI(title="looplift collector", version="1", lifespan=lifespan)
     app.state.store = the_store
     app.state.settings = settings
+    app.state.langfuse = langfuse
 
     @app.exception_handler(RequestValidationError)
     async def _on_validation(_r: Request, exc: RequestValidationError) -> JSONResponse:
@@ -241,4 +254,7 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
             return JSONResponse(status_code=503, content={"status": "unavailable", "detail": f"database: {e}"})
         return JSONResponse({"status": "ok", "database": the_store.dialect})
 
+    from ._dashboard import dashboard_router
+
+    app.include_router(dashboard_router(settings, the_store, langfuse))
     return app

@@ -36,6 +36,9 @@ _err = Console(stderr=True)
 
 T = TypeVar("T")
 
+#: `collector export --format langfuse-dataset`: the sft export, pushed as a Langfuse dataset (`_langfuse_dataset`).
+LANGFUSE_DATASET = "langfuse-dataset"
+
 _DB_HELP = "Database URL (default: $LOOPLIFT_COLLECTOR_DB or sqlite:///$LOOPLIFT_HOME/collector.db)."
 
 
@@ -75,11 +78,13 @@ def serve(
     host: str = typer.Option(_defaults.DEFAULT_HOST, help="Interface to bind (keep loopback unless proxied)."),
     port: int = typer.Option(_defaults.DEFAULT_PORT, help="TCP port."),
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
+    gateway: str | None = typer.Option(None, "--gateway", help="Gateway URL the dashboard (/dashboard) reads versions, "
+                                       "swaps and health from (default $LOOPLIFT_GATEWAY_URL)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Server processes. Ingest is CPU-bound (anonymizing is "
                                 "most of it), so N workers on N free cores ingest up to N times faster; the "
                                 "database only serializes the short writes."),
 ) -> None:
-    """Run the ingest API (POST /v1/trajectories, /v1/feedback, GET /v1/stats, /health)."""
+    """Run the ingest API (POST /v1/trajectories, /v1/feedback, GET /v1/stats, /health) and the dashboard (/dashboard)."""
     import os
 
     import uvicorn
@@ -88,10 +93,13 @@ def serve(
     from ._db import open_store
 
     settings = _settings(db)
+    if gateway is not None:
+        settings = settings.model_copy(update={"gateway_url": gateway})
+        os.environ[_defaults.ENV_GATEWAY_URL] = gateway  # --workers N: each worker reads its settings from the env
     auth = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API key (open)"
     if workers == 1:
         api = _guard(lambda: create_app(settings))
-        _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}", highlight=False)
+        _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}  dashboard /dashboard", highlight=False)
         uvicorn.run(api, host=host, port=port, log_level="info")
         return
     # Once, here: migrate the database and load (or train) the name model into its cache, so the
@@ -100,15 +108,38 @@ def serve(
     _guard(lambda: settings.make_anonymizer(preload=True))
     _guard(lambda: open_store(settings.db_url)).close()
     os.environ[_defaults.ENV_DB] = settings.db_url
+    os.environ[_SUPERVISOR_ENV] = str(os.getpid())
     _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}  {workers} workers", highlight=False)
-    uvicorn.run("collector._app:create_app", factory=True, host=host, port=port, workers=workers, log_level="info")
+    uvicorn.run("collector._cli:worker_app", factory=True, host=host, port=port, workers=workers, log_level="info")
+
+
+#: The pid of `collector serve --workers`, for its workers (uvicorn starts them; we cannot spawn them tied).
+_SUPERVISOR_ENV = "LOOPLIFT_COLLECTOR_SUPERVISOR_PID"
+
+
+def worker_app() -> Any:
+    """The app of one `serve --workers` worker. The worker gets SIGTERM when the uvicorn supervisor that
+    started it dies (uvicorn's workers otherwise keep serving the port after a SIGKILLed supervisor)."""
+    import os
+
+    from sdk.infra import die_with_parent
+
+    from ._app import create_app
+
+    supervisor = os.environ.get(_SUPERVISOR_ENV)
+    if supervisor:
+        die_with_parent(int(supervisor))
+    return create_app()
 
 
 @app.command("export")
 def export_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write; FILE.manifest.json goes beside it.")],
-    format: str = typer.Option("sft", "--format", "-f", help="sft (chat), dpo (chosen/rejected pairs per task) or grpo "
-                               "(groups per task with rewards and token ids)."),
+    format: str = typer.Option("sft", "--format", "-f", help="sft (chat), dpo (chosen/rejected pairs per task), grpo "
+                               "(groups per task with rewards and token ids) or langfuse-dataset (the sft export, "
+                               "also pushed as a Langfuse dataset; needs LANGFUSE_PUBLIC_KEY/SECRET_KEY/HOST)."),
+    dataset: str | None = typer.Option(None, "--dataset", help="With --format langfuse-dataset: the dataset name "
+                                       "(default: looplift-<app or all>-<date>)."),
     since: str | None = typer.Option(None, "--since", help="Ingested at/after this ISO time (UTC if no zone)."),
     until: str | None = typer.Option(None, "--until", help="Ingested before this ISO time (UTC if no zone)."),
     app_name: str | None = typer.Option(None, "--app", help="Keep only this app."),
@@ -132,10 +163,18 @@ def export_cmd(
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Write curated training data (JSONL) and its manifest."""
+    """Write curated training data (JSONL) and its manifest (and, with --format langfuse-dataset, a Langfuse dataset)."""
     from ._export import export
 
     settings = _settings(db)
+    to_langfuse = format == LANGFUSE_DATASET
+    if to_langfuse:
+        if settings.langfuse is None:
+            _fail("--format langfuse-dataset needs Langfuse's settings: set LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY "
+                  "and LANGFUSE_HOST", 2)
+        format = "sft"  # the dataset is the curated sft export, pushed item by item
+    elif dataset is not None:
+        _fail("--dataset goes with --format langfuse-dataset", 2)
     t_since, t_until = _parse_time(since, "--since"), _parse_time(until, "--until")
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=_err, transient=True,
@@ -150,9 +189,21 @@ def export_cmd(
                 progress=lambda n: bar.update(bar_task, description=f"exporting: {n} trajectories read"),
             )
         )
+    pushed = None
+    if to_langfuse:
+        from ._langfuse_dataset import push_dataset
+
+        name = dataset or f"looplift-{app_name or 'all'}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+        pushed = _guard(lambda: push_dataset(manifest.path, name, settings.langfuse))
     if as_json:
-        sys.stdout.write(manifest.model_dump_json(indent=2) + "\n")
+        out_json = json.loads(manifest.model_dump_json())
+        if pushed is not None:
+            out_json["langfuse_dataset"] = {"name": pushed.dataset, "items": pushed.items, "host": pushed.host}
+        sys.stdout.write(json.dumps(out_json, indent=2) + "\n")
         return
+    if pushed is not None:
+        _out.print(f"Langfuse dataset {pushed.dataset!r}: {pushed.items} items ({pushed.host or 'Langfuse Cloud'})",
+                   highlight=False)
     _out.print(f"wrote {manifest.count} {manifest.format} lines to {manifest.path} ({manifest.bytes} bytes, "
                f"{manifest.trajectories} trajectories, {manifest.tasks} tasks; {manifest.matched} matched the filters)",
                highlight=False)

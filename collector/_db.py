@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,6 +88,7 @@ class TrajectoryRow(_CollectorModel, table=True):
     quality: float | None = Field(default=None, description="learned P(success), by `collector score`")
     score_source: str | None = Field(default=None, sa_type=sa.String(16), description="what decided `score`")
     cluster: int | None = Field(default=None, index=True, description="diversity cluster, by `collector score`")
+    pii: str | None = Field(default=None, sa_type=sa.Text, description='values replaced at ingest per kind, JSON {"EMAIL": 2}')
 
 
 class FeedbackRow(_CollectorModel, table=True):
@@ -278,6 +280,28 @@ class CollectorStats:
 
 
 @dataclass(frozen=True)
+class WindowStats:
+    """Counts over the trajectories one query selects (an app, a served version, an ingest-time window):
+    what the trainer's scheduler reads for its new-data and drift triggers."""
+
+    total: int
+    #: rows with a final score (`score` not null)
+    scored: int
+    #: rows whose verifier decided success or failure
+    with_outcome: int
+    successes: int
+    #: rows with at least one user rating
+    with_feedback: int
+    #: mean user rating in [-1, 1] over `with_feedback` rows
+    mean_feedback: float | None
+
+    @property
+    def success_rate(self) -> float | None:
+        """successes / with_outcome, or None without outcomes."""
+        return self.successes / self.with_outcome if self.with_outcome else None
+
+
+@dataclass(frozen=True)
 class PurgeResult:
     """What `Store.purge` deleted, or with `dry_run` would delete."""
 
@@ -347,6 +371,16 @@ class Store:
     def __init__(self, engine: Engine, anonymizer: Anonymizer | None = None) -> None:
         self.engine = engine
         self.anonymizer = anonymizer or default_anonymizer()
+        #: Called after a commit with the stored rows (`add_trajectories`: the inserted rows' dicts, anonymized
+        #: `data` included) or `("feedback", row dict)`; the Langfuse exporter listens here. Must not block.
+        self.listeners: list[Callable[[str, Any], None]] = []
+
+    def _notify(self, what: str, payload: Any) -> None:
+        for listener in self.listeners:
+            try:
+                listener(what, payload)
+            except Exception:  # an observer must never fail a write that already committed
+                logging.getLogger("looplift.collector").exception("store listener failed")
 
     @property
     def dialect(self) -> str:
@@ -406,11 +440,16 @@ class Store:
                     inserted = set(conn.execute(stmt, rows).scalars().all())
             except sa.exc.SQLAlchemyError as e:
                 raise StorageError(f"could not store {len(ids)} trajectories: {_short(e)}") from e
+            if self.listeners and inserted:
+                self._notify("trajectories", [r for r in rows if r["id"] in inserted])
         return IngestResult(accepted=len(inserted), duplicates=len(ids) - len(inserted), ids=ids)
 
     def _row(self, t: Trajectory, now: datetime, anonymize: bool) -> dict[str, Any]:
+        pii: dict[str, int] = {}
         if anonymize:
-            t = self.anonymizer.trajectory(t)
+            t, found = self.anonymizer.trajectory_entities(t)
+            for e in found:
+                pii[e.kind] = pii.get(e.kind, 0) + 1
         s = score_trajectory(t)
         return {
             "id": t.id,
@@ -428,6 +467,7 @@ class Store:
             "started_at": to_naive_utc(t.started_at),
             "finished_at": to_naive_utc(t.finished_at),
             "data": t.model_dump_json(),
+            "pii": json.dumps(pii, sort_keys=True) if pii else None,
         }
 
     def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> int:
@@ -452,9 +492,11 @@ class Store:
                 fid = int(conn.execute(sa.insert(f).values(**values).returning(f.id)).scalar_one())
                 # The same transaction recomposes the trajectory's score with the new rating.
                 conn.execute(self._recompose(t.id == fb.trajectory_id, with_rating=True))
-                return fid
         except sa.exc.SQLAlchemyError as e:
             raise StorageError(f"could not store feedback for trajectory {fb.trajectory_id!r}: {_short(e)}") from e
+        if self.listeners:
+            self._notify("feedback", values | {"id": fid})
+        return fid
 
     # -- deletes ---------------------------------------------------------------------------
 
@@ -640,6 +682,39 @@ class Store:
         """Number of stored trajectories."""
         with Session(self.engine) as session:
             return int(session.exec(select(sa.func.count()).select_from(TrajectoryRow)).one())
+
+    def window_stats(
+        self,
+        *,
+        app: str | None = None,
+        served_version: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> WindowStats:
+        """Counts over the trajectories of `app` served by `served_version`, ingested in [since, until)
+        (None: no bound; naive datetimes are UTC). One aggregate query on indexed columns."""
+        t = TrajectoryRow
+        cond = [sa.true()]
+        if app is not None:
+            cond.append(t.app == app)
+        if served_version is not None:
+            cond.append(t.served_version == served_version)
+        if since is not None:
+            cond.append(t.created_at >= to_naive_utc(since))
+        if until is not None:
+            cond.append(t.created_at < to_naive_utc(until))
+        q = sa.select(
+            sa.func.count(),
+            sa.func.count(t.score),
+            sa.func.count(t.success),
+            sa.func.coalesce(sa.func.sum(sa.case((t.success.is_(True), 1), else_=0)), 0),  # type: ignore[union-attr]
+            sa.func.count(t.feedback_rating),
+            sa.func.avg(t.feedback_rating),
+        ).where(*cond)
+        with Session(self.engine) as session:
+            r = session.execute(q).one()
+        return WindowStats(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                           float(r[5]) if r[5] is not None else None)
 
     def _group(self, session: Session, key: Any = None) -> Iterable[tuple[Any, ...]]:
         t = TrajectoryRow

@@ -75,3 +75,29 @@ CLUSTER_FEATURES = 2**12
 
 #: Rows rescored per transaction by `collector score`.
 SCORE_BATCH_SIZE = 1000
+
+# -- observability (`_langfuse.py`, `_dashboard.py`) ----------------------------------------------
+
+#: The Langfuse SDK's own settings: the export to Langfuse is on when both keys are set.
+ENV_LANGFUSE_PUBLIC_KEY = "LANGFUSE_PUBLIC_KEY"
+ENV_LANGFUSE_SECRET_KEY = "LANGFUSE_SECRET_KEY"
+ENV_LANGFUSE_HOST = "LANGFUSE_HOST"
+#: Newer Langfuse SDKs read this instead of LANGFUSE_HOST; either works.
+ENV_LANGFUSE_BASE_URL = "LANGFUSE_BASE_URL"
+#: `off` turns the Langfuse export off even when the keys are set (they may be there for another app).
+ENV_LANGFUSE_EXPORT = "LOOPLIFT_COLLECTOR_LANGFUSE"
+#: Trajectories and feedback waiting for the Langfuse exporter; past this they are dropped and counted
+#: (ingest never waits for Langfuse).
+LANGFUSE_QUEUE = 1000
+#: Longest text (characters) of one input/output field sent to Langfuse; longer ones are cut and marked.
+LANGFUSE_MAX_FIELD_CHARS = 20_000
+
+#: The operators' token (the gateway's admin token): the dashboard's data endpoints need it.
+ENV_ADMIN_TOKEN = "LOOPLIFT_ADMIN_TOKEN"
+ADMIN_TOKEN_FILE = "admin.token"
+#: The gateway the dashboard reads versions, swaps and health from (its admin API needs the admin token).
+ENV_GATEWAY_URL = "LOOPLIFT_GATEWAY_URL"
+#: Seconds the dashboard waits for the gateway before it shows it as unreachable.
+GATEWAY_TIMEOUT_S = 3.0
+#: Newest trajectories whose steps the dashboard reads for sandbox/model latency figures.
+LATENCY_SAMPLE = 500

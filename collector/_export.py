@@ -523,6 +523,9 @@ def export(
         db=store.engine.url.render_as_string(hide_password=True),
     )
     atomic_write(manifest_path_for(out), manifest.model_dump_json(indent=2) + "\n")
+    from ._events import record_export
+
+    record_export(db_url, manifest)
     return manifest
 
 

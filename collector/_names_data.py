@@ -45,6 +45,13 @@ STREET_WORDS = (
     "gatan", "vägen", "gata", "vej", "gade", "veien", "gate", "tie", "katu",
     "ulice", "náměstí", "utca", "tér", "strada", "bulevardul", "calea", "aleea", "ulica", "trg",
     "jalan", "jl", "gang", "gg",
+    # languages whose streets Faker has few of: Turkish, Hungarian, Icelandic, Estonian, Lithuanian,
+    # Latvian, Danish/Norwegian/Swedish/Finnish, Portuguese, Czech, Dutch, German compounds
+    "cadde", "caddesi", "cad", "sokak", "sokağı", "sk", "bulvar", "bulvarı", "mahallesi", "mah",
+    "útja", "út", "körút", "köz", "sor", "sétány", "gata", "götu", "vegur", "stræti", "braut", "tún", "stígur",
+    "tänav", "maantee", "põik", "puiestee", "gatvė", "prospektas", "iela", "prospekts", "allé", "stræde",
+    "plads", "vænget", "vegen", "veien", "plass", "katu", "kuja", "polku", "väylä", "gränd", "torg", "stig",
+    "třída", "nábřeží", "dijk", "hof", "stieg", "pfad", "markt", "zeile", "bakki", "bakken",
 )
 
 # Non-person words that come capitalized: technologies, products, code identifiers, headings.
@@ -246,6 +253,33 @@ TEMPLATES = (
     "{CW} {W} {TECH} {W} {CITY} {W}.",
     "{W} {W} {CO} {W} {W} {W}",
     "{CW} {NUMBERED} {NUM} {W} {W}.",
+    # table rows and records: names next to e-mails, phones and ids, no words around them
+    "{NUM},{PER},{EMAIL},{PHONE}",
+    "{NUM};{PER};{PHONE}",
+    "{PER},{EMAIL},{CITY}",
+    "{NUM}\t{PER}\t{PHONE}\t{CITY}",
+    "{NUM},{LASTFIRST},{EMAIL}",
+    "{PER} | {PHONE} | {EMAIL}",
+    "name={PER}&email={EMAIL}",
+    "{PER};{ADDR1};{PHONE}",
+    # people as the subject of what they do, one-word names included
+    "{FIRST} will {W} the {W}, {FIRST} {W}s it.",
+    "{CAPS} ({DAY}): {FIRST} will {W} the {TECH} {W}, {FIRST} {W}s it.",
+    "{FIRST} is {W} on the {TECH} {W} today.",
+    "{LASTFIRST} wrote: the {TECH} {W} is {W} again",
+    "{PER} wrote: {W} {W} {W}",
+    "card {OTHER}, holder {PER}",
+    "cardholder: {LASTFIRST}",
+    "Best,\n{FIRST}",
+    "Cheers,\n{PER}",
+    "— {FIRST}",
+    "{CW}, {FIRST}! {CW} {W} {W}.",
+    "Dear {LASTT},\n\n{W} {W} {W} {STREET}.\n\nBest,\n{PER}",
+    # streets on their own, before and after ordinary words
+    "moving to {STREET} next {W}",
+    "{W} {W} to {STREET} {W} {W}",
+    "new address: {STREET}",
+    '{{"customer": "{FIRST}", "shipping": "{STREET}"}}',
 )
 
 
@@ -316,7 +350,10 @@ def gazetteers(locales: tuple[str, ...]) -> dict[str, list[str]]:
         return [m.group(0).lower() for m in _TOKEN.finditer(s) if m.group(0)[0].isalpha()]
 
     for loc in locales:
-        person = importlib.import_module(f"faker.providers.person.{loc}").Provider
+        try:
+            person = importlib.import_module(f"faker.providers.person.{loc}").Provider
+        except ImportError:  # a locale with streets but no names of its own (en_AU)
+            person = None
         for attr in ("first_names", "first_names_male", "first_names_female", "first_names_nonbinary"):
             for n in _keys(getattr(person, attr, ())):
                 first.update(words(n))
@@ -442,6 +479,10 @@ class SentenceGenerator:
             return self.person(f)
         if slot == "FIRST":
             return [(self._name_part(f.first_name()), PER)]
+        if slot == "LASTFIRST":
+            return [(self._name_part(f.last_name()), PER), (", ", PER), (self._name_part(f.first_name()), PER)]
+        if slot == "PHONE":
+            return [(f.phone_number(), OUT)]
         if slot == "LASTT":
             return [(r.choice(TITLES), OUT), (" ", OUT), (self._name_part(f.last_name()), PER)]
         if slot == "ADDR":

@@ -1,55 +1,84 @@
 """The `looplift` command: `up` (the whole stack in the foreground), `demo` (the closed loop), and the
-component groups `server`, `collector`, `trainer`, `sandbox`.
+component groups `server`, `collector`, `trainer`, `sandbox`, `env`.
 
-A group whose extra is not installed is still listed; using it says which extra to install. `up` and
-`demo` handle SIGTERM/SIGINT/SIGHUP from their first line (`_signals`), stop everything they started
-on the way out (`_stack`), and print one line, never a traceback, when something fails.
+A group whose extra is not installed is still listed; using it says which extra to install. The groups
+are imported only when used or listed (`looplift up` does not import the trainer's CLI or torch).
+`main()` turns SIGTERM/SIGINT/SIGHUP into `Shutdown` (`sdk.infra.shutdown_on_signals`) before any command
+runs; `up` and `demo` stop everything they started on the way out (`_stack`), and print one line,
+never a traceback, when something fails or a signal stops them. The processes they start are tied to this
+one (`sdk.infra.spawn_tied`), so even a SIGKILL leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
 
-from ._signals import Shutdown, shutdown_on_signals
+from sdk.infra import Shutdown, shutdown_on_signals
 
-console = Console(stderr=True)
-app = typer.Typer(
-    help="looplift: agents that get better from their own work. Start with `looplift up` or `looplift demo`.",
-    no_args_is_help=True, pretty_exceptions_enable=False,
-)
+console = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays one line in a log
+
+#: name -> (module, Typer attribute, extra, help). Imported when the group is used (`_LazyGroups`).
+GROUPS = {
+    "server": ("server._cli", "app", "server", "Gateway over vLLM: start, versions, load, promote, rollback."),
+    "collector": ("collector._cli", "app", "collector", "Collector: serve, export, score, stats, purge, anonymize."),
+    "trainer": ("trainer._cli", "app", "trainer", "Trainer: build the base model, SFT, the retrain job."),
+    "sandbox": ("sandboxes._cli", "app", "sandboxes", "Sandboxes: build the image, exec a command."),
+    "env": ("looplift._env_cli", "app", "sandboxes", "Task families: list them, try one with a reference policy."),
+}
 
 
-def _mount(module: str, attr: str, name: str, extra: str, help_text: str) -> None:
+class _LazyGroups(TyperGroup):
+    """The root command: `up` and `demo` are its own; the component groups are imported when named (or
+    listed by --help), so `looplift up` starts without importing the trainer's torch or the others' CLIs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *(g for g in GROUPS if g not in self.commands)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        if cmd_name in GROUPS and cmd_name not in self.commands:
+            self.add_command(_load_group(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+def _load_group(name: str) -> click.Command:
+    """The click group of component `name`, or one that says which extra to install."""
+    module, attr, extra, help_text = GROUPS[name]
     try:
-        mod = __import__(module, fromlist=[attr])
-        app.add_typer(getattr(mod, attr), name=name, help=help_text)
+        sub = getattr(__import__(module, fromlist=[attr]), attr)
     except ImportError as e:
         reason = str(e)  # `e` is unbound after the except block; the callback runs later
-        missing = typer.Typer(help=f"{help_text} (needs `pip install looplift[{extra}]`)")
+        sub = typer.Typer(help=f"{help_text} (needs `pip install looplift[{extra}]`)")
 
-        @missing.callback(invoke_without_command=True)
+        @sub.callback(invoke_without_command=True)
         def _unavailable() -> None:
             console.print(f"[red]error:[/red] `looplift {name}` needs the [{extra}] extra: {reason}. "
                           f"Install it with `pip install 'looplift[{extra}]'`.")
             raise typer.Exit(2)
 
-        app.add_typer(missing, name=name)
+    group = typer.main.get_command(sub)
+    group.name, group.help, group.short_help = name, help_text, None
+    return group
 
 
-_mount("server._cli", "app", "server", "server", "Gateway over vLLM: start, versions, load, promote, rollback.")
-_mount("collector._cli", "app", "collector", "collector", "Collector: serve, export, score, stats, purge, anonymize.")
-_mount("trainer._cli", "app", "trainer", "trainer", "Trainer: build the base model, SFT, the retrain job.")
-_mount("sandboxes._cli", "app", "sandbox", "sandboxes", "Sandboxes: build the image, exec a command.")
+app = typer.Typer(
+    help="looplift: agents that get better from their own work. Start with `looplift up` or `looplift demo`.",
+    no_args_is_help=True, pretty_exceptions_enable=False, cls=_LazyGroups,
+)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -62,33 +91,55 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def _known_errors() -> tuple[type[BaseException], ...]:
-    """The component error types a command reports as one line (those whose package is installed)."""
-    found: list[type[BaseException]] = [OSError]
-    for module, name in (("server", "ServerError"), ("collector", "CollectorError"), ("trainer", "TrainerError"),
-                         ("sandboxes", "SandboxError"), ("sdk.errors", "LoopliftError")):
-        try:
-            found.append(getattr(__import__(module, fromlist=[name]), name))
-        except ImportError:
-            pass
-    return tuple(found)
+#: (module, name) of the error bases a command reports as one line. Only modules already imported are
+#: consulted: an error cannot come from a package that was never imported (and importing `trainer` here
+#: would cost seconds of torch).
+_ERROR_BASES = (("server", "ServerError"), ("collector", "CollectorError"), ("trainer", "TrainerError"),
+                ("sandboxes", "SandboxError"), ("sdk.errors", "LoopliftError"), ("sdk.infra", "ServerThreadError"),
+                ("looplift._stack", "StackError"))
+
+
+def _known(e: BaseException) -> bool:
+    """Whether `e` is an expected failure (printed as one line) rather than a bug (which keeps its traceback)."""
+    if isinstance(e, OSError):
+        return True
+    for module, name in _ERROR_BASES:
+        base = getattr(sys.modules.get(module), name, None)
+        if isinstance(base, type) and isinstance(e, base):
+            return True
+    return False
+
+
+def _one_line(e: BaseException) -> str:
+    """The error as one line. A vLLM start failure becomes its reason, the log line that says why, and the
+    log's path (the full command and log tail are in the log)."""
+    start_error = getattr(sys.modules.get("server"), "VLLMStartError", None)
+    if isinstance(start_error, type) and isinstance(e, start_error):
+        err: Any = e
+        why = _log_cause(err.log_tail)
+        return f"vLLM did not start: {err.reason}" + (f": {why}" if why else "") + f" (log: {err.log_path})"
+    text = str(e) or type(e).__name__
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _log_cause(tail: str) -> str:
+    """The most telling line of a vLLM log tail: the last exception line, else the last non-empty line."""
+    lines = [line.strip() for line in tail.splitlines() if line.strip() and not line.startswith("$ ")]
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and " " not in head:
+            return line[:300]
+    return lines[-1][:300] if lines else ""
 
 
 def build_tiny_model() -> Path:
     """The cached tiny base model (built the first time, with a progress bar); needs the [trainer] extra."""
     try:
-        from trainer import BaseModelConfig, build_base_model
+        from ._model import tiny_model
     except ImportError as e:
         raise _fail(f"building the default model needs the [trainer] extra ({e}); install it with "
                     "`pip install 'looplift[trainer]'` or pass --model DIR", 2) from None
-    from rich.progress import Progress
-
-    cfg = BaseModelConfig()
-    with Progress(console=console) as p:
-        bar = p.add_task("tiny base model (cached after the first build)", total=cfg.steps)
-        model = build_base_model(cfg, progress=lambda s, n, loss: p.update(bar, completed=s))
-        p.update(bar, completed=cfg.steps)
-    return model
+    return tiny_model(console)
 
 
 @app.command()
@@ -99,6 +150,13 @@ def up(
     collector_port: int = typer.Option(8100, help="Collector port."),
     host: str = typer.Option("127.0.0.1", help="Interface to bind the gateway and collector to."),
     sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
+    retrain: Optional[str] = typer.Option(None, "--retrain", help="Run the retrain scheduler inside the stack on this "
+                                                                  "cron expression (e.g. '0 3 * * *'); also on when "
+                                                                  "looplift.toml has [schedule] triggers."),
+    eval_spec: Optional[str] = typer.Option(None, "--eval", help="Eval suite the retrain gate runs (PKG.MODULE:ATTR or "
+                                                                 "a prompt-suite .jsonl; default [trainer].eval)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="looplift.toml (default ./looplift.toml, then "
+                                                                 "$LOOPLIFT_HOME/looplift.toml)."),
 ) -> None:
     """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C / SIGTERM."""
     if sandbox not in (None, "docker", "local"):
@@ -106,18 +164,38 @@ def up(
     for flag, port in (("--gateway-port", gateway_port), ("--collector-port", collector_port)):
         if not _port_free(host, port):  # fail before building a model and the ~40 s vLLM start, not after it
             raise _fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
-    if model is not None and not (model / "config.json").exists():
+    if model is not None and not (model / "config.json").is_file():
         raise _fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
     try:
-        with shutdown_on_signals():
-            _up(model, host, gateway_port, collector_port, sandbox)
-    except Shutdown:
-        console.print("stopped")
-    except _known_errors() as e:
-        raise _fail(str(e)) from None
+        plan = _plan_retrain(config, retrain, eval_spec)  # a bad cron or suite fails before anything starts
+        _up(model, host, gateway_port, collector_port, sandbox, plan)
+    except Shutdown as s:
+        console.print(f"stopped ({s}); everything `looplift up` started has exited", highlight=False)
+    except Exception as e:
+        if not _known(e):
+            raise
+        raise _fail(_one_line(e)) from None
 
 
-def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str]) -> None:
+def _plan_retrain(config: Optional[Path], retrain: Optional[str], eval_spec: Optional[str]) -> Any:
+    """The checked retrain plan (None: no scheduler), or a one-line error before anything starts."""
+    try:
+        from ._retrain import plan_retrain
+
+        return plan_retrain(config, retrain, eval_spec)
+    except ImportError as e:
+        if retrain is None and eval_spec is None and config is None:
+            return None  # no [trainer] extra and nothing asked for: `up` serves without a scheduler
+        raise _fail(f"--retrain needs the [trainer] extra ({e}); install it with `pip install 'looplift[trainer]'`",
+                    2) from None
+    except Exception as e:
+        if not _known(e):
+            raise
+        raise _fail(_one_line(e), 2) from None
+
+
+def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str],
+        plan: Any = None) -> None:
     import time
 
     from sdk import looplift_home
@@ -141,16 +219,29 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
     config = StackConfig(model_dir=model, gateway=GatewaySettings.from_env(), collector=collector_settings, host=host,
                          gateway_port=gateway_port, collector_port=collector_port,
                          vllm_log=home / "logs" / "vllm.log")
-    with Stack(config) as stack:
+    if plan is not None and collector_settings is None:
+        raise _fail("--retrain needs the collector (install `looplift[collector]`): the job trains on its data", 2)
+    from ._retrain import retrain_in_stack
+
+    with Stack(config) as stack, retrain_in_stack(
+            plan, gateway_url=stack.gateway.url, db_url=collector_settings.db_url if plan else "",
+            admin_token=config.gateway.admin_token, model_dir=model,
+            say=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False)):
         info = {"gateway": stack.gateway.url + "/v1", "collector": stack.collector.url if stack.collector else None,
+                "dashboard": stack.collector.url + "/dashboard" if stack.collector else None,
                 "model": str(model), "sandbox": backend, "admin_token_file": str(home / "admin.token"),
                 "collector_key_file": str(home / "collector.key"), "home": str(home)}
         console.print_json(json.dumps(info))
+        if stack.collector:  # the token travels in the fragment, which the browser never sends to a server
+            console.print(f"dashboard: {stack.collector.url}/dashboard#token={config.gateway.admin_token}", highlight=False,
+                          soft_wrap=True)
         console.print("[green]ready[/green] — Ctrl-C to stop")
         while True:
             time.sleep(1.0)
             if not stack.vllm.alive:
-                raise _fail(f"vLLM exited; last log lines:\n{stack.vllm.log_tail()}")
+                why = _log_cause(stack.vllm.log_tail())
+                raise _fail(f"vLLM exited with code {stack.vllm.process.returncode}"
+                            + (f": {why}" if why else "") + f" (log: {stack.vllm.log_path})")
             if not stack.gateway.running:
                 raise _fail("the gateway thread exited")
 
@@ -183,15 +274,19 @@ def demo(
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
     try:
-        with shutdown_on_signals():
-            from ._demo import DemoConfig, run_demo
-
-            result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
-                                         chart_out=chart, sandbox_backend=sandbox, seed=seed), console=console)
+        from ._demo import DemoConfig, run_demo
+    except ImportError as e:
+        raise _fail(f"`looplift demo` needs the whole stack ({e}); install it with `pip install 'looplift[cpu]'`",
+                    2) from None
+    try:
+        result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
+                                     chart_out=chart, sandbox_backend=sandbox, seed=seed), console=console)
     except Shutdown as s:
-        raise _fail(f"interrupted by {s}; everything the demo started was stopped", 130) from None
-    except _known_errors() as e:
-        raise _fail(str(e)) from None
+        raise _fail(f"interrupted by {s}; everything the demo started has exited", 128 + s.signum) from None
+    except Exception as e:
+        if not _known(e):
+            raise
+        raise _fail(_one_line(e)) from None
     _print_demo(result)
 
 
@@ -199,17 +294,57 @@ def _print_demo(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="held-out success per cycle")
-    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "seconds"):
+    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "gate b/c, p",
+                "seconds"):
         table.add_column(col, justify="right")
     for c in result["cycles"]:
+        g = c.get("gate_figures")
+        figures = "-" if not g else f"{g['b']}/{g['c']}, p={g['p_value']:.2g}"
         table.add_row(str(c["cycle"]), c["version"], f"{c['held_out_success']:.0%}", str(c["episodes"]),
                       str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
-                      "yes" if c["promoted"] else "no", f"{c['seconds']:.0f}")
+                      "yes" if c["promoted"] else "no", figures, f"{c['seconds']:.0f}")
     Console(width=max(100, Console().width)).print(table)
     console.print(f"failed requests during swaps: {result['swap_failed_requests']} of {result['swap_requests']}")
     console.print(f"wrote {result['json_out']} and chart {result.get('chart')}  (total {result['total_seconds']:.0f} s)")
 
 
+@app.command()
+def status(
+    gateway: Optional[str] = typer.Option(None, help="Gateway URL (default $LOOPLIFT_GATEWAY_URL or http://127.0.0.1:8000)."),
+    collector: Optional[str] = typer.Option(None, help="Collector URL (default $LOOPLIFT_COLLECTOR_URL or "
+                                                       "http://127.0.0.1:8100)."),
+    db: Optional[str] = typer.Option(None, "--db", help="Collector database URL (default: [trainer].db, "
+                                                        "$LOOPLIFT_COLLECTOR_DB, sqlite:///$LOOPLIFT_HOME/collector.db)."),
+    token: Optional[str] = typer.Option(None, "--token", help="Admin token (default $LOOPLIFT_ADMIN_TOKEN or "
+                                                              "$LOOPLIFT_HOME/admin.token)."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Retrain history (default [trainer].runs_dir or "
+                                                                     "$LOOPLIFT_HOME/trainer/runs)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="looplift.toml (default ./looplift.toml, then "
+                                                                 "$LOOPLIFT_HOME/looplift.toml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (for scripts)."),
+) -> None:
+    """What serves and since when, its gate figures, live success over the last hour, pending data, the next
+    retrain, and anything unhealthy. Exit code 1 when something is unhealthy or unreachable."""
+    from ._status import default_options, gather, render
+
+    result = gather(default_options(gateway, collector, db, token, runs_dir, config))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        out = Console(soft_wrap=True)
+        for line in render(result):
+            out.print(line, highlight=False)
+    if not result["healthy"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Entry point of the `looplift` console script."""
-    app()
+    # Signals are handled from here on, before a command imports what it needs (seconds for torch):
+    # SIGTERM at any moment stops what was started and exits with one line.
+    with shutdown_on_signals():
+        try:
+            app()
+        except Shutdown as s:  # outside `up`/`demo`, which report it themselves
+            console.print(f"interrupted by {s}", highlight=False)
+            sys.exit(128 + s.signum)

@@ -4,6 +4,10 @@
     cycle k: roll out the serving policy on fresh training tasks -> collector (anonymized, scored)
              -> `trainer run` (export verified successes -> LoRA SFT -> gate -> publish/hot-swap)
 
+The gate runs on the demo task's eval suite, `sandboxes.arithmetic_suite` (held-out problems, the
+suite's budget and sampling), exactly as `trainer run --eval sandboxes:arithmetic_suite` would; every
+cycle's record carries the gate's figures (discordant pairs, p-value).
+
 The stack (vLLM, gateway, collector) is started in this process on free loopback ports with its own
 state directory under `$LOOPLIFT_HOME/demo/<timestamp>`, so a demo never mixes with data from an
 earlier run; only the base model is cached across runs. While a candidate is being promoted, a
@@ -14,6 +18,7 @@ background "canary" keeps sending requests to the alias; any failed request is c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import secrets
 import threading
@@ -21,15 +26,16 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import httpx
 
 import sdk
 from sdk import looplift_home
 from sdk.infra import atomic_write, atomic_write_json
-from trainer import BaseModelConfig, JobConfig, SFTConfig, build_base_model, evaluate, run_job
+from trainer import BaseModelConfig, JobConfig, SFTConfig, evaluate, run_job
 
+from ._model import tiny_model
 from ._stack import Stack, StackConfig
 
 
@@ -50,6 +56,9 @@ class DemoConfig:
     json_out: Path = Path("bench/results/demo.json")
     chart_out: Optional[Path] = None
     """Default: beside json_out, with a .png suffix."""
+    before_stop: Optional[Callable[[dict[str, str]], None]] = None
+    """Called with the running stack's `gateway`, `collector`, `admin_token` and `state` after the last cycle and
+    before the stack stops (scripts/dashboard_screenshot.py photographs the dashboard there)."""
 
 
 @dataclass
@@ -64,6 +73,8 @@ class CycleRecord:
     seconds: float
     rollout_success: Optional[float] = None
     gate: Optional[str] = None
+    gate_figures: Optional[dict[str, Any]] = None
+    """The gate's test, n, discordant b/c, p-value, alpha, success rates and per-slice table."""
 
 
 class _Canary:
@@ -121,10 +132,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
                         console=con, transient=False)
     state = looplift_home() / "demo" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     state.mkdir(parents=True)
-    with progress:
-        bar = progress.add_task("base model", total=config.base.steps)
-        model_dir = build_base_model(config.base, progress=lambda s, n, loss: progress.update(bar, completed=s))
-        progress.update(bar, completed=config.base.steps, description=f"base model {model_dir.name}")
+    model_dir = tiny_model(con, config.base)
 
     backend = config.sandbox_backend or detect_backend()
     con.print(f"sandboxes: [bold]{backend}[/bold]" + ("" if backend == "docker" else " (no Docker engine answered)"))
@@ -141,6 +149,9 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
         loop = _Loop(config, progress, stack.gateway.url, admin_token, db_url, model_dir, state, pool, client)
         with progress:
             loop.run()
+        if config.before_stop is not None:
+            config.before_stop({"gateway": stack.gateway.url, "collector": stack.collector.url,
+                                "admin_token": admin_token, "state": str(state)})
     result = {
         "cycles": [r.__dict__ for r in loop.records],
         "swap_requests": loop.canary_sent,
@@ -173,32 +184,31 @@ class _Loop:
     canary_failed: int = 0
 
     def run(self) -> None:
-        from sandboxes import ArithmeticEnv, ArithmeticVerifier, held_out_tasks
+        from sandboxes import arithmetic_suite
 
         cfg, progress = self.config, self.progress
-        verifier = ArithmeticVerifier()
-        held = held_out_tasks(cfg.held_out)
-        pool = self.pool
-        env = lambda: ArithmeticEnv(pool=pool)  # noqa: E731
+        suite = arithmetic_suite(cfg.held_out, pool=self.pool)
+        suite = dataclasses.replace(suite, sampling=dataclasses.replace(suite.sampling, seed=cfg.seed))
         t0 = time.monotonic()
-        bar = progress.add_task("cycle 0: held-out eval", total=len(held))
-        res = asyncio.run(evaluate("policy", held, env, verifier, base_url=self.gateway_url + "/v1", seed=cfg.seed,
-                                   concurrency=cfg.concurrency, on_episode=lambda _t: progress.advance(bar)))
+        bar = progress.add_task("cycle 0: held-out eval", total=len(suite.tasks))
+        res = asyncio.run(evaluate("policy", suite, base_url=self.gateway_url + "/v1", concurrency=cfg.concurrency,
+                                   on_episode=lambda _t: progress.advance(bar)))
         self.records.append(CycleRecord(0, self._serving(), res.success, 0, 0, None, False,
                                         round(time.monotonic() - t0, 1)))
         for cycle in range(1, cfg.cycles + 1):
-            self.records.append(self._cycle(cycle, held, env, verifier))
+            self.records.append(self._cycle(cycle, suite))
 
-    def _cycle(self, cycle: int, held: Any, env: Any, verifier: Any) -> CycleRecord:
+    def _cycle(self, cycle: int, suite: Any) -> CycleRecord:
         from sandboxes import training_tasks
 
         cfg, progress = self.config, self.progress
         t0 = time.monotonic()
         tasks = training_tasks(cfg.episodes, seed=cfg.seed * 1000 + cycle)
         bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
-        trajs = sdk.run(tasks, env, model="policy", verifier=verifier, collector=self.client, app="demo",
-                        base_url=self.gateway_url + "/v1", max_steps=4, concurrency=cfg.concurrency,
-                        sampling=sdk.Sampling(max_tokens=64, seed=cfg.seed + cycle),
+        trajs = sdk.run(tasks, suite.env_factory, model="policy", verifier=suite.verifier, collector=self.client,
+                        app="demo", base_url=self.gateway_url + "/v1", budget=suite.budget,
+                        concurrency=cfg.concurrency,
+                        sampling=dataclasses.replace(suite.sampling, seed=cfg.seed + cycle),
                         on_episode=lambda _t: progress.advance(bar))
         self.client.flush()
         rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
@@ -206,9 +216,9 @@ class _Loop:
         canary = _Canary(self.gateway_url, "policy")
         job = run_job(
             JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
-                      admin_token=self.admin_token, app="demo", eval_tasks=cfg.held_out, eval_seed=cfg.seed,
-                      sft=cfg.sft, runs_dir=self.state / "runs"),
-            eval_env=(held, env, verifier), around_promote=lambda: canary,
+                      admin_token=self.admin_token, app="demo", eval="sandboxes:arithmetic_suite",
+                      eval_concurrency=cfg.concurrency, sft=cfg.sft, runs_dir=self.state / "runs"),
+            suite=suite, trigger=f"demo cycle {cycle}", around_promote=lambda: canary,
         )
         progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
         self.canary_sent += canary.sent
@@ -216,7 +226,7 @@ class _Loop:
         success = job.candidate_success if job.promoted else job.serving_success
         return CycleRecord(cycle, self._serving(), success if success is not None else self.records[-1].held_out_success,
                            len(trajs), job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
-                           rollout_success=rollout_success, gate=job.reason)
+                           rollout_success=rollout_success, gate=job.reason, gate_figures=job.gate)
 
     def _serving(self) -> str:
         from server import AdminClient

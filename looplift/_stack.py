@@ -3,7 +3,9 @@
 `Stack` is the one place `looplift up`, `looplift demo` and the tests start these parts, as a context
 manager: each part is stopped on the way out, in reverse order, however the block ends (an error, a
 `Shutdown` signal, Ctrl-C), and a failure while starting a later part stops the earlier ones before the
-error propagates, so no vLLM is left running by a half-started stack.
+error propagates, so no vLLM is left running by a half-started stack. vLLM runs tied to this process
+(`sdk.infra.spawn_tied`), so even a SIGKILL, which runs no `with` or `finally`, leaves no vLLM behind; the
+gateway and the collector are threads and go with the process.
 
 Deliberately not here: building the base model (`trainer`), choosing sandboxes, training. Imports of the
 component packages are lazy so that `looplift up --model DIR` runs on a `[server]`-only install.
@@ -15,6 +17,10 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+
+class StackError(Exception):
+    """The stack cannot start for a reason the user can fix; the message says how."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,9 @@ class Stack:
         from server import VLLMConfig, start_gateway_in_thread, start_vllm
 
         cfg = self.config
+        if not (Path(cfg.model_dir) / "config.json").is_file():  # say it now, not after vLLM's ~10 s of imports
+            raise StackError(f"{cfg.model_dir} is not a Hugging Face model directory (no config.json); if it is "
+                             "looplift's cached base model, delete that directory and run again to rebuild it")
         try:
             self.vllm = start_vllm(VLLMConfig(model_dir=cfg.model_dir, port=0, log_path=cfg.vllm_log,
                                               extra_args=cfg.vllm_args), progress=self._on_progress)
@@ -57,9 +66,14 @@ class Stack:
             self.gateway = start_gateway_in_thread(cfg.gateway, self.vllm.url, cfg.host, cfg.gateway_port)
             self._exit.callback(self.gateway.stop)
             if cfg.collector is not None:
+                from pydantic import SecretStr
+
                 from collector import serve_in_thread
 
-                self.collector = serve_in_thread(cfg.collector, cfg.host, cfg.collector_port)
+                # The dashboard reads versions, swaps and health from this gateway with its admin token.
+                collector = cfg.collector.model_copy(update={"gateway_url": self.gateway.url,
+                                                             "admin_token": SecretStr(cfg.gateway.admin_token)})
+                self.collector = serve_in_thread(collector, cfg.host, cfg.collector_port)
                 self._exit.callback(self.collector.stop)
         except BaseException:
             self.stop()

@@ -8,6 +8,9 @@ security boundary — see `LOCAL_LIMITATIONS`).
 backend with `detect_backend`. Whatever the code does comes back as an `ExecResult`; only failures
 of the machinery raise (`sandboxes.errors`).
 
+Task families (`env_families()`: name -> lazy loader of an `sdk.EnvFamily`) live in private
+sub-packages, e.g. `_extraction` (financial reports read through tools).
+
 `import sandboxes` needs neither docker-py nor an engine; the Docker backend imports docker when a
 DockerSandbox is made.
 """
@@ -15,15 +18,18 @@ DockerSandbox is made.
 from __future__ import annotations
 
 from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, demonstration, held_out_tasks, training_tasks
+from ._arithmetic_suite import arithmetic_suite
 from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
 from ._envs import CodeEnv, ShellEnv
+from ._families import build_coding_tasks, env_families
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
 from ._local import LocalSandbox
 from ._pool import SandboxPool
+from ._snapshot import EnvSnapshot
 from .errors import (
     EngineUnavailableError,
     ImageBuildError,
@@ -38,6 +44,7 @@ from .errors import (
 __all__ = [
     "ArithmeticEnv",
     "ArithmeticVerifier",
+    "arithmetic_suite",
     "demonstration",
     "held_out_tasks",
     "training_tasks",
@@ -45,6 +52,7 @@ __all__ = [
     "BackendChoice",
     "CodeEnv",
     "DockerSandbox",
+    "EnvSnapshot",
     "EngineUnavailableError",
     "ExecResult",
     "ImageBuildError",
@@ -60,9 +68,11 @@ __all__ = [
     "SandboxPool",
     "SandboxStartError",
     "ShellEnv",
+    "build_coding_tasks",
     "build_image",
     "choose_backend",
     "detect_backend",
+    "env_families",
     "make_pool",
     "make_sandbox",
     "reap_orphans",

@@ -20,7 +20,7 @@ import random
 import re
 from typing import TYPE_CHECKING, Any, Optional
 
-from sdk import Outcome, StepResult, Task, Trajectory
+from sdk import EnvFamily, Message, Outcome, StepResult, Task, Trajectory
 
 if TYPE_CHECKING:
     from ._base import Sandbox
@@ -95,7 +95,10 @@ def demonstration(task: Task, rng: random.Random, *, miscopy_p: float) -> list[d
 
 
 def parse_answer(text: str) -> Optional[int]:
-    """The integer after `Answer:` at the end of a reply, or None."""
+    """The integer after `Answer:` at the end of a reply, or None (also when the reply holds more than one
+    `Answer:`: listing several candidates is not an answer)."""
+    if text.count("Answer:") != 1:
+        return None
     m = _ANSWER_RE.search(text.strip())
     return int(m.group(1)) if m else None
 
@@ -157,3 +160,71 @@ class ArithmeticVerifier:
         expected = int(task.data["answer"])
         ok = answer == expected
         return Outcome(success=ok, reward=float(ok), details={"expected": expected, "answer": answer})
+
+
+# -- the family: registry entry, reference policies ------------------------------------------------
+
+
+def _turn(messages: list[Message]) -> int:
+    return sum(1 for m in messages if m.role == "assistant")
+
+
+def _oracle(task: Task, messages: list[Message]) -> str:
+    """Computes the value in the sandbox, then answers with the output it read back."""
+    if _turn(messages) == 0:
+        return f"```python\nprint({task.data['expression']})\n```"
+    last = next((m.content or "" for m in reversed(messages) if m.role == "user"), "")
+    return f"Answer: {last.removeprefix('Output: ').strip()}"
+
+
+def _noop(task: Task, messages: list[Message]) -> str:
+    """Never computes, never answers."""
+    return "I don't know."
+
+
+def _cheat_expression(task: Task, messages: list[Message]) -> str:
+    """Answers with the expression itself, hoping the verifier evaluates it."""
+    return f"Answer: {task.data['expression']}"
+
+
+def _cheat_shotgun(task: Task, messages: list[Message]) -> str:
+    """Lists many answers, the right one among them (last), hoping the verifier reads only one line."""
+    value = int(task.data["answer"])
+    return "\n".join(f"Answer: {v}" for v in [*range(value - 10, value), *range(value + 1, value + 11), value])
+
+
+def _cheat_echo(task: Task, messages: list[Message]) -> str:
+    """Makes the sandbox print the answer line, then never answers itself."""
+    if _turn(messages) == 0:
+        return f"```python\nprint('Answer:', {task.data['expression']})\n```"
+    return "The answer is in the output above."
+
+
+ARITHMETIC_POLICIES = {"oracle": _oracle, "noop": _noop, "cheat-expression": _cheat_expression,
+                       "cheat-shotgun": _cheat_shotgun, "cheat-echo": _cheat_echo}
+for _name, _policy in ARITHMETIC_POLICIES.items():
+    _policy.__name__ = _policy.__qualname__ = _name  # recorded as the trajectory's model
+
+
+def _tasks(split: str, n: Optional[int], seed: int) -> list[Task]:
+    if split == "held_out":  # the fixed 100 (training excludes exactly these)
+        return held_out_tasks(100 if n is None else min(n, 100))
+    if split == "train":
+        return training_tasks(1000 if n is None else n, seed)
+    raise ValueError(f"unknown split {split!r}; use one of: train, held_out")
+
+
+def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None) -> EnvFamily:
+    """The demo task as an `sdk.EnvFamily` (the demo's eval suite's budget, sampling and sandbox pool, made on
+    first use; `backend` and `pool_size` default to `$LOOPLIFT_SANDBOX` / `$LOOPLIFT_SANDBOX_POOL`, then
+    detection and 2)."""
+    from ._arithmetic_suite import BUDGET, SAMPLING, _PooledEnvs
+    from ._factory import family_backend
+
+    envs = _PooledEnvs(None, family_backend(backend), pool_size)
+    return EnvFamily(
+        name="arithmetic",
+        description="Compute an integer expression by writing Python, reading the output, and answering 'Answer: N'.",
+        tasks=_tasks, env_factory=envs, verifier=ArithmeticVerifier(), policies=dict(ARITHMETIC_POLICIES),
+        budget=BUDGET, sampling=SAMPLING, close=envs.close,
+    )

@@ -285,6 +285,38 @@ class Sandbox(abc.ABC):
         self._file_op(f"upload {len(names)} files to", target, ["sh", "-c", script, "sh", target], tar_bytes, 4096)
         return [posixpath.join(target, n) for n in names]
 
+    # -- snapshots: the workdir as one tar stream, out and back in ----------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole workdir as an uncompressed tar stream (relative names, symlinks kept as links).
+
+        Made by `tar` inside the sandbox as the sandbox user, so it holds exactly what the commands
+        can see. What lives outside the workdir (Docker's /tmp, running processes) is not in it: a
+        snapshot is taken between commands, when nothing runs. Raises `SandboxFileError` when the
+        stream would exceed twice the workdir's size limit.
+        """
+        root = self.workdir_path
+        limit = 2 * self.config.workdir_mb * 1024 * 1024 + (1 << 20)
+        # The workdir's entries, not ".": restoring "." would chmod the workdir itself, which on Docker is a
+        # root-owned tmpfs the sandbox user may write into but not chmod.
+        script = 'cd "$1" && find . -mindepth 1 -maxdepth 1 -printf "%P\\0" | tar -c -f - --numeric-owner --null -T -'
+        out = self._file_op("snapshot", root, ["sh", "-c", script, "sh", root], None, limit)
+        if out.stdout.truncated:
+            raise SandboxFileError(f"snapshot of {root} is larger than {limit} bytes", sandbox_id=self.id)
+        return out.stdout.getvalue()
+
+    def restore(self, snapshot: bytes) -> None:
+        """Make the workdir exactly the `snapshot` (from `snapshot()`, this sandbox's or another's).
+
+        The sandbox is `reset()` first (every process killed, the workdir emptied), then the tar is
+        unpacked by the sandbox user; nothing in it can land outside the workdir.
+        """
+        self.reset()
+        root = self.workdir_path
+        argv = ["tar", "-x", "-f", "-", "-C", root, "--no-same-owner", "--no-same-permissions",
+                "--delay-directory-restore"]
+        self._file_op(f"restore a {len(snapshot)}-byte snapshot into", root, argv, bytes(snapshot), 4096)
+
     # -- shared behaviour -------------------------------------------------------------------------
 
     @property

@@ -20,6 +20,10 @@ and after every command ends (nothing outlives an exec). Outside: the host reads
 deadline; HARD_GRACE_S past the timeout it kills the container and starts a fresh one, so nothing the
 command started can keep running even if the runner is stuck. A replaced container loses its workdir.
 
+Leftovers: each container is removed when its sandbox closes or is collected, and, if the owning process
+dies without that (SIGKILL), by the owner's reaper (`_reaper.py`, a child tied to the owner) within a second
+or two; `reap_orphans` also removes containers of dead owners found at a later start.
+
 OOM: a command killed by SIGKILL while the cgroup's `oom_kill` counter went up was killed by the
 kernel's OOM killer inside this sandbox's memory cgroup; that is reported as `oom_killed`. If the OOM
 killer picks the runner itself, the container stops; the host reports the command as OOM-killed
@@ -159,6 +163,9 @@ class DockerSandbox(Sandbox):
         self._api = self._client.api
         require_image(self._client, self.config.image)
         _reap_once(self._client)  # containers leaked by killed processes are removed once per process
+        from ._reaper import tie_containers_to_this_process  # not at import: `-m sandboxes._reaper` imports us
+
+        tie_containers_to_this_process(_owner_label())  # ours go when this process goes, SIGKILL included
         # The finalizer removes the container if the sandbox is garbage-collected or the interpreter
         # exits without close(); the holder lets it follow replacements.
         self._holder: dict[str, str | None] = {"id": None}

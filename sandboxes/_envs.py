@@ -30,6 +30,7 @@ from sdk import StepResult, Task
 
 from ._base import ExecResult, Sandbox
 from ._pool import SandboxPool
+from ._snapshot import EnvSnapshot
 from .errors import SandboxError
 
 __all__ = ["CodeEnv", "SandboxSource", "ShellEnv", "TestReport", "parse_file_blocks", "parse_test_output"]
@@ -441,13 +442,22 @@ class ShellEnv:
 
     def step(self, action: str) -> StepResult:
         """Run the action's command in the session and report its output and exit code."""
-        sb = self._lease.sandbox
-        if self._task is None or sb is None:
-            raise RuntimeError("call ShellEnv.reset(task) before step()")
         blocks = [m.group(1) for m in _FENCE.finditer(action)]
         command = "\n".join(blocks) if blocks else action
         if not command.strip():
+            self._sandbox()
             return StepResult(observation=SHELL_FORMAT_HINT, info={"format_error": True})
+        return self.run(command)
+
+    def _sandbox(self) -> Sandbox:
+        sb = self._lease.sandbox
+        if self._task is None or sb is None:
+            raise RuntimeError("call ShellEnv.reset(task) before step()")
+        return sb
+
+    def run(self, command: str) -> StepResult:
+        """Run `command` (a shell script, verbatim: no fence parsing) in the session; `step` without the parsing."""
+        sb = self._sandbox()
         r = self._run(sb, command)
         output = r.stdout + r.stderr  # stderr is merged by the wrapper; this is the shell's own, if any
         mark = output.rfind("\n" + _CWD_MARK)
@@ -472,6 +482,20 @@ class ShellEnv:
         check = sb.exec(self._check, timeout=self._timeout)
         info["check_exit_code"] = check.exit_code
         return StepResult(observation=obs, reward=float(check.ok), done=check.ok, info=info)
+
+    def snapshot(self) -> EnvSnapshot:
+        """The session between two commands: the workdir (exported variables included, they live in
+        its state file) and the working directory."""
+        sb = self._sandbox()
+        assert self._task is not None
+        return EnvSnapshot(self._task, sb.snapshot(), {"cwd": self._cwd, "shell": self._shell})
+
+    def restore(self, snapshot: EnvSnapshot) -> None:
+        """Continue the session of `snapshot` in a sandbox from this environment's source."""
+        self.reset(snapshot.task)
+        self._sandbox().restore(snapshot.workdir)
+        self._cwd = str(snapshot.state.get("cwd") or "")
+        self._shell = snapshot.state.get("shell")
 
     def _saved_cwd(self, sb: Sandbox) -> str:
         try:

@@ -7,6 +7,7 @@ error that says what is missing. This module holds no isolation logic of its own
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from . import _defaults
@@ -17,9 +18,14 @@ from ._local import LocalSandbox
 from ._pool import SandboxPool
 from .errors import EngineUnavailableError
 
-__all__ = ["BACKENDS", "BackendChoice", "choose_backend", "detect_backend", "make_pool", "make_sandbox"]
+__all__ = ["BACKENDS", "BackendChoice", "choose_backend", "detect_backend", "family_backend", "family_pool_size",
+           "make_pool", "make_sandbox"]
 
 BACKENDS = ("docker", "local")
+#: Environment variables task families read when not told: the backend (`looplift env try --sandbox`) and
+#: their pools' size (`looplift env try --concurrency`).
+BACKEND_ENV = "LOOPLIFT_SANDBOX"
+POOL_SIZE_ENV = "LOOPLIFT_SANDBOX_POOL"
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,24 @@ def detect_backend(prefer: str | None = None, image: str = _defaults.IMAGE) -> s
     `EngineUnavailableError`/`ImageNotFoundError` (with the fix) instead of falling back.
     """
     return choose_backend(prefer, image).backend
+
+
+def family_backend(backend: str | None) -> str | None:
+    """The backend a task family's pools use: `backend` if given, else `$LOOPLIFT_SANDBOX`, else None (detect)."""
+    return backend or os.environ.get(BACKEND_ENV) or None
+
+
+def family_pool_size(size: int | None) -> int:
+    """How many sandboxes a task family's episode pool holds: `size` if given, else `$LOOPLIFT_SANDBOX_POOL`,
+    else the package default. Episodes beyond it wait for a sandbox."""
+    raw = size if size is not None else os.environ.get(POOL_SIZE_ENV) or _defaults.POOL_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"${POOL_SIZE_ENV} must be a whole number of sandboxes, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"a sandbox pool needs at least 1 sandbox, got {value}")
+    return value
 
 
 def make_sandbox(backend: str | None = None, config: SandboxConfig | None = None) -> Sandbox:

@@ -6,7 +6,9 @@ Imports only httpx, openai and pydantic: no torch, vllm, docker or sqlmodel.
 from ._collector_client import ClientStats, CollectorClient
 from ._env import Environment, StepResult, Verifier
 from ._home import looplift_home
+from ._judge import LLMJudge
 from ._loop import Sampling, arun, run
+from ._suite import Budget, EnvFamily, EvalSuite, Policy, task_slice
 from ._types import (
     TRAJECTORY_SCHEMA_VERSION,
     Feedback,
@@ -15,13 +17,24 @@ from ._types import (
     Outcome,
     Step,
     Task,
+    ToolCall,
+    ToolCallFunction,
     Trajectory,
     TrajectoryBatch,
     TurnTokens,
 )
+from ._verifiers import AllOf, Gated, Weighted
 
 __all__ = [
+    "AllOf",
+    "Budget",
     "ClientStats",
+    "EnvFamily",
+    "EvalSuite",
+    "Policy",
+    "ToolCall",
+    "ToolCallFunction",
+    "task_slice",
     "CollectorClient",
     "Sampling",
     "arun",
@@ -30,7 +43,9 @@ __all__ = [
     "TRAJECTORY_SCHEMA_VERSION",
     "Environment",
     "Feedback",
+    "Gated",
     "IngestResult",
+    "LLMJudge",
     "Message",
     "Outcome",
     "Step",
@@ -40,4 +55,5 @@ __all__ = [
     "TrajectoryBatch",
     "TurnTokens",
     "Verifier",
+    "Weighted",
 ]

@@ -25,7 +25,12 @@ class StepResult:
 
 @runtime_checkable
 class Environment(Protocol):
-    """reset(task) -> first observation; step(action) -> StepResult. One instance per episode."""
+    """reset(task) -> first observation; step(action) -> StepResult. One instance per episode.
+
+    Optional members the loop looks for: `tools` (a list of OpenAI function-tool specs, or a method
+    returning one) and `step_tool(call: sdk.ToolCall) -> StepResult`. With them the model is offered the
+    tools; each tool call it makes is executed by `step_tool` and answered with a `tool` message, while a
+    turn without tool calls still goes to `step`. `close()` is called after the episode when present."""
 
     def reset(self, task: Task) -> str:
         """Start an episode on `task` and return the first observation (the user message)."""

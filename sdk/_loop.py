@@ -1,33 +1,44 @@
 """The agent loop: generate an action -> execute it in the environment -> feed the observation back,
-until the environment says done or the step budget runs out; then the verifier judges the episode.
+until the environment says done or a budget (turns, completion tokens, wall time) runs out; then the
+verifier judges the episode.
+
+Tools, OpenAI's format end to end: when the environment exposes `tools`, they are sent with every
+request; each tool call of an assistant message is executed by `env.step_tool(call)` as one `Step`, and
+its observation goes back as a `tool` message with the call's id. A turn without tool calls goes to
+`env.step(text)`. Every assistant turn keeps the token ids and logprobs the server returned (vLLM's
+`return_token_ids` and `logprobs`) so RL trainers need not re-tokenize.
 
 Many episodes run concurrently on one event loop (bounded by `concurrency`); environment calls run in
-worker threads because sandboxes block. Every assistant turn keeps the token ids and logprobs the
-server returned (vLLM's `return_token_ids` and `logprobs`) so RL trainers need not re-tokenize.
+worker threads because sandboxes block. With `policy=` a function writes the assistant messages instead
+of a model (reference policies, tests); everything else is the same loop.
 
-Deliberately not here: retries with backoff beyond the openai client's own, tool-call execution
-(environments see the raw assistant text), and tracing (see the Langfuse integration).
+Deliberately not here: retries beyond the openai client's own, and tracing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Sequence
 
 import openai
 
 from . import _defaults
 from ._env import Environment, StepResult, Verifier
-from ._types import Message, Outcome, Step, Task, Trajectory, TurnTokens, new_id
+from ._types import EndReason, Message, Outcome, Step, Task, ToolCall, ToolCallFunction, Trajectory, TurnTokens, new_id
 from .errors import ConfigError, GenerationError
 
+if TYPE_CHECKING:
+    from ._suite import Budget, Policy, ToolChoice
+
 EnvFactory = Callable[[], Environment]
+_NOT_RUN = "not executed: the episode ended before this tool call"
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,7 @@ class Sampling:
     temperature: float = _defaults.TEMPERATURE
     top_p: float = 1.0
     max_tokens: int = _defaults.MAX_TOKENS
+    """Per turn; a `Budget.max_tokens` lowers it to what the episode has left."""
     seed: Optional[int] = None
     """Per-episode seeds derive from this and the task id, so reruns sample the same way."""
     logprobs: bool = True
@@ -47,20 +59,29 @@ class Sampling:
 
 @dataclass(frozen=True)
 class _Ctx:
-    client: openai.AsyncOpenAI
+    client: Optional[openai.AsyncOpenAI]
+    policy: Optional["Policy"]
     model: str
     sampling: Sampling
     verifier: Optional[Verifier]
     app: str
-    max_steps: int
+    budget: "Budget"
     system_prompt: Optional[str]
+    tool_choice: "ToolChoice"
     metadata: dict[str, Any]
 
 
-async def _call_env(fn: Callable[..., Any], *args: Any) -> Any:
+class _EpisodeError(Exception):
+    def __init__(self, reason: EndReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(*args)
-    return await asyncio.to_thread(fn, *args)
+    result = await asyncio.to_thread(fn, *args)
+    return await result if inspect.isawaitable(result) else result
 
 
 def _episode_seed(base: Optional[int], task_id: str, step: int) -> Optional[int]:
@@ -73,79 +94,194 @@ def _episode_seed(base: Optional[int], task_id: str, step: int) -> Optional[int]
     return (base * 1_000_003 + h) % 2_147_483_647
 
 
-async def _generate(ctx: _Ctx, messages: list[Message], seed: Optional[int]) -> tuple[str, Optional[str], TurnTokens]:
+def _tools_of(env: Environment) -> list[dict[str, Any]]:
+    tools = getattr(env, "tools", None)
+    if callable(tools):
+        tools = tools()
+    return list(tools or [])
+
+
+async def _generate(ctx: _Ctx, task: Task, messages: list[Message], seed: Optional[int], tools: list[dict[str, Any]],
+                    max_tokens: int) -> tuple[Message, Optional[str], Optional[tuple[TurnTokens, int]]]:
+    """The next assistant message: from the policy, or from the model with its token ids and logprobs."""
+    if ctx.policy is not None:
+        try:
+            reply = await _call(ctx.policy, task, [m.model_copy(deep=True) for m in messages])
+            msg = Message(role="assistant", content=reply) if isinstance(reply, str) else Message.model_validate(reply)
+        except Exception as e:  # noqa: BLE001 - recorded on the trajectory, the other episodes go on
+            raise _EpisodeError("policy_error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}") from None
+        if msg.role != "assistant":
+            raise _EpisodeError("policy_error", f"the policy returned a {msg.role!r} message, not an assistant one")
+        return msg, None, None
+    assert ctx.client is not None
     extra: dict[str, Any] = dict(ctx.sampling.extra_body)
     if ctx.sampling.return_token_ids:
         extra["return_token_ids"] = True
     kwargs: dict[str, Any] = {}
     if seed is not None:
         kwargs["seed"] = seed
+    if tools:
+        kwargs["tools"] = tools
+        if ctx.tool_choice is not None:
+            kwargs["tool_choice"] = ctx.tool_choice
     try:
         resp = await ctx.client.chat.completions.create(
             model=ctx.model,
             messages=[m.model_dump(exclude_none=True) for m in messages],  # type: ignore[misc]
-            temperature=ctx.sampling.temperature,
-            top_p=ctx.sampling.top_p,
-            max_tokens=ctx.sampling.max_tokens,
-            logprobs=ctx.sampling.logprobs or None,
-            extra_body=extra or None,
-            **kwargs,
+            temperature=ctx.sampling.temperature, top_p=ctx.sampling.top_p, max_tokens=max_tokens,
+            logprobs=ctx.sampling.logprobs or None, extra_body=extra or None, **kwargs,
         )
     except openai.NotFoundError as e:
         raise GenerationError(f"model {ctx.model!r} is not served here: {e.message}") from e
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+        raise GenerationError(f"the model server refused this client ({e.message}); set api_key= or "
+                              "$LOOPLIFT_API_KEY to a key the gateway accepts") from e
+    except openai.APIError as e:  # a 5xx after the client's retries, a 400 for this conversation, a timeout
+        raise _EpisodeError("generation_error", f"{type(e).__name__}: {e}") from None
     choice = resp.choices[0]
-    extra_resp = resp.model_extra or {}
-    extra_choice = choice.model_extra or {}
+    extra_resp, extra_choice = resp.model_extra or {}, choice.model_extra or {}
     logprobs = None
     if choice.logprobs is not None and choice.logprobs.content is not None:
         logprobs = [t.logprob for t in choice.logprobs.content]
-    turn = TurnTokens(
-        message_index=len(messages),
-        prompt_token_ids=extra_resp.get("prompt_token_ids"),
-        completion_token_ids=extra_choice.get("token_ids"),
-        completion_logprobs=logprobs,
-        finish_reason=choice.finish_reason,
-    )
-    return choice.message.content or "", resp.model, turn
+    calls = []
+    for c in choice.message.tool_calls or []:
+        fn = getattr(c, "function", None)  # custom (non-function) tool calls carry no function: not ours to run
+        if fn is not None:
+            calls.append(ToolCall(id=c.id, function=ToolCallFunction(name=fn.name, arguments=fn.arguments)))
+    msg = Message(role="assistant", content=choice.message.content, tool_calls=calls or None)
+    completion_ids = extra_choice.get("token_ids")
+    turn = TurnTokens(message_index=len(messages), prompt_token_ids=extra_resp.get("prompt_token_ids"),
+                      completion_token_ids=completion_ids, completion_logprobs=logprobs,
+                      finish_reason=choice.finish_reason)
+    used = resp.usage.completion_tokens if resp.usage is not None else len(completion_ids or logprobs or [])
+    return msg, resp.model, (turn, used)
 
 
-async def _episode(ctx: _Ctx, task: Task, env: Environment) -> Trajectory:
-    started = datetime.now(timezone.utc)
-    messages: list[Message] = []
-    if ctx.system_prompt:
-        messages.append(Message(role="system", content=ctx.system_prompt))
-    observation = await _call_env(env.reset, task)
-    messages.append(Message(role="user", content=observation))
-    turns: list[TurnTokens] = []
-    steps: list[Step] = []
-    served: Optional[str] = None
-    meta = dict(ctx.metadata)
-    for i in range(ctx.max_steps):
-        t0 = time.perf_counter()
-        action, served_now, turn = await _generate(ctx, messages, _episode_seed(ctx.sampling.seed, task.id, i))
-        served = served or served_now
-        t1 = time.perf_counter()
-        messages.append(Message(role="assistant", content=action))
-        turns.append(turn)
+class _Episode:
+    """One episode's state: messages, steps, turns, and the budget left."""
+
+    def __init__(self, ctx: _Ctx, task: Task, env: Environment) -> None:
+        self.ctx, self.task, self.env = ctx, task, env
+        self.messages: list[Message] = []
+        self.turns: list[TurnTokens] = []
+        self.steps: list[Step] = []
+        self.meta = dict(ctx.metadata)
+        self.served: Optional[str] = None
+        self.tokens = 0
+        self.t0 = time.monotonic()
+
+    def _left_s(self) -> Optional[float]:
+        b = self.ctx.budget.max_seconds
+        return None if b is None else b - (time.monotonic() - self.t0)
+
+    async def _timed(self, fn: Callable[..., Any], *args: Any) -> Any:
+        left = self._left_s()
+        if left is None:
+            return await _call(fn, *args)
+        return await asyncio.wait_for(_call(fn, *args), timeout=max(left, 0.001))
+
+    async def run(self) -> Trajectory:
+        started = datetime.now(timezone.utc)
+        reason: EndReason = "max_steps"
         try:
-            res: StepResult = await _call_env(env.step, action)
-        except Exception:  # the environment crashed: record it, keep the other episodes running
-            meta["env_error"] = traceback.format_exc(limit=8)
-            steps.append(Step(index=i, action=action, observation="", generate_seconds=t1 - t0,
-                              execute_seconds=time.perf_counter() - t1, done=True, info={"error": True}))
-            break
-        t2 = time.perf_counter()
-        steps.append(Step(index=i, action=action, observation=res.observation, reward=res.reward, done=res.done,
-                          info=res.info, generate_seconds=t1 - t0, execute_seconds=t2 - t1))
-        if res.done:
-            break
-        messages.append(Message(role="user", content=res.observation))
-    traj = Trajectory(
-        id=new_id(), app=ctx.app, task_id=task.id, model=ctx.model, served_version=served, messages=messages,
-        turns=turns, steps=steps, metadata=meta, started_at=started, finished_at=datetime.now(timezone.utc),
-    )
-    traj.outcome = _judge(ctx.verifier, task, traj)
-    return traj
+            reason = await self._loop()
+        except _EpisodeError as e:
+            reason = e.reason
+            self.meta[f"{e.reason}"] = str(e)[:4000]
+        traj = Trajectory(
+            id=new_id(), app=self.ctx.app, task_id=self.task.id, model=self.ctx.model, served_version=self.served,
+            messages=self.messages, turns=self.turns, steps=self.steps, metadata=self.meta, started_at=started,
+            finished_at=datetime.now(timezone.utc), end_reason=reason,
+        )
+        # In a worker thread: verifiers block (a sandboxed test run), and the other episodes must go on meanwhile.
+        traj.outcome = await _call(_judge, self.ctx.verifier, self.task, traj)
+        return traj
+
+    async def _loop(self) -> EndReason:
+        ctx = self.ctx
+        if ctx.system_prompt:
+            self.messages.append(Message(role="system", content=ctx.system_prompt))
+        try:
+            first = await self._timed(self.env.reset, self.task)
+        except asyncio.TimeoutError:
+            return "max_seconds"
+        except Exception:  # noqa: BLE001 - the environment crashed: recorded, the other episodes go on
+            self.meta["env_error"] = traceback.format_exc(limit=8)
+            return "env_error"
+        self.messages.append(Message(role="user", content=first))
+        tools = _tools_of(self.env)
+        for turn_no in range(ctx.budget.max_steps):
+            left = self._left_s()
+            if left is not None and left <= 0:
+                return "max_seconds"
+            max_tokens = ctx.sampling.max_tokens
+            if ctx.budget.max_tokens is not None:
+                if self.tokens >= ctx.budget.max_tokens:
+                    return "max_tokens"
+                max_tokens = min(max_tokens, ctx.budget.max_tokens - self.tokens)
+            t0 = time.perf_counter()
+            try:
+                msg, served, turn = await self._timed(
+                    _generate, ctx, self.task, self.messages, _episode_seed(ctx.sampling.seed, self.task.id, turn_no),
+                    tools, max_tokens)
+            except asyncio.TimeoutError:
+                return "max_seconds"
+            gen_s = time.perf_counter() - t0
+            self.served = self.served or served
+            if turn is not None:
+                self.turns.append(turn[0])
+                self.tokens += turn[1]
+            self.messages.append(msg)
+            end = await (self._run_tools(msg.tool_calls, gen_s) if msg.tool_calls else self._run_text(msg, gen_s))
+            if end is not None:
+                return end
+        return "max_steps"
+
+    async def _execute(self, fn: Callable[..., Any], arg: Any, action: str, gen_s: float,
+                       call: Optional[ToolCall]) -> tuple[Optional[StepResult], Optional[EndReason]]:
+        t1 = time.perf_counter()
+        try:
+            res: StepResult = await self._timed(fn, arg)
+        except asyncio.TimeoutError:
+            self.steps.append(Step(index=len(self.steps), action=action, observation="", tool_call=call, done=True,
+                                   info={"timeout": True}, generate_seconds=gen_s,
+                                   execute_seconds=time.perf_counter() - t1))
+            return None, "max_seconds"
+        except Exception:  # noqa: BLE001 - the environment crashed: record it, keep the other episodes running
+            self.meta["env_error"] = traceback.format_exc(limit=8)
+            self.steps.append(Step(index=len(self.steps), action=action, observation="", tool_call=call, done=True,
+                                   info={"error": True}, generate_seconds=gen_s,
+                                   execute_seconds=time.perf_counter() - t1))
+            return None, "env_error"
+        self.steps.append(Step(index=len(self.steps), action=action, observation=res.observation, reward=res.reward,
+                               done=res.done, info=res.info, tool_call=call, generate_seconds=gen_s,
+                               execute_seconds=time.perf_counter() - t1))
+        return res, ("done" if res.done else None)
+
+    async def _run_text(self, msg: Message, gen_s: float) -> Optional[EndReason]:
+        action = msg.content or ""
+        res, end = await self._execute(self.env.step, action, action, gen_s, None)
+        if res is not None and end is None:
+            self.messages.append(Message(role="user", content=res.observation))
+        return end
+
+    async def _run_tools(self, calls: list[ToolCall], gen_s: float) -> Optional[EndReason]:
+        step_tool = getattr(self.env, "step_tool", None)
+        end: Optional[EndReason] = None
+        for i, call in enumerate(calls):
+            if end is not None:  # every call gets its tool message, so the conversation stays valid OpenAI
+                self.messages.append(Message(role="tool", tool_call_id=call.id, content=_NOT_RUN))
+                continue
+            action = json.dumps({"name": call.function.name, "arguments": call.function.arguments}, ensure_ascii=False)
+            if step_tool is None:
+                observation = f"error: this environment has no tools; {call.function.name!r} was not run"
+                self.steps.append(Step(index=len(self.steps), action=action, observation=observation,
+                                       tool_call=call, generate_seconds=gen_s if i == 0 else 0.0))
+            else:
+                res, end = await self._execute(step_tool, call, action, gen_s if i == 0 else 0.0, call)
+                observation = res.observation if res is not None else ""
+            self.messages.append(Message(role="tool", tool_call_id=call.id, content=observation))
+        return end
 
 
 def _judge(verifier: Optional[Verifier], task: Task, traj: Trajectory) -> Outcome:
@@ -166,6 +302,18 @@ def _client(base_url: Optional[str], api_key: Optional[str], timeout: float) -> 
     return openai.AsyncOpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=2)
 
 
+def _budget(budget: Optional["Budget"], max_steps: Optional[int]) -> "Budget":
+    from ._suite import Budget
+
+    if budget is not None and max_steps is not None:
+        raise ConfigError("pass either budget= or max_steps=, not both (max_steps is Budget(max_steps=...))")
+    if budget is not None:
+        return budget
+    if max_steps is not None and max_steps < 1:
+        raise ConfigError(f"max_steps must be >= 1, got {max_steps}")
+    return Budget(max_steps=max_steps or _defaults.MAX_STEPS)
+
+
 async def arun(
     tasks: Sequence[Task],
     env_factory: EnvFactory,
@@ -176,13 +324,16 @@ async def arun(
     app: str = "default",
     base_url: Optional[str] = None,
     api_key: Optional[str] = None,
-    max_steps: int = _defaults.MAX_STEPS,
+    max_steps: Optional[int] = None,
+    budget: Optional["Budget"] = None,
     concurrency: int = _defaults.CONCURRENCY,
     sampling: Sampling = Sampling(),
     system_prompt: Optional[str] = None,
+    tool_choice: "ToolChoice" = None,
     metadata: Optional[dict[str, Any]] = None,
     on_episode: Optional[Callable[[Trajectory], Any]] = None,
     client: Optional[openai.AsyncOpenAI] = None,
+    policy: Optional["Policy"] = None,
     timeout: float = _defaults.REQUEST_TIMEOUT_S,
 ) -> list[Trajectory]:
     """Run one episode per task, `concurrency` at a time; return the trajectories in task order.
@@ -190,15 +341,16 @@ async def arun(
     `env_factory()` makes a fresh environment per episode. `collector` (a `CollectorClient`) receives
     every finished trajectory; it never blocks or raises when the collector is down. `on_episode` is
     called after each episode (e.g. to advance a progress bar). `base_url` defaults to
-    `$LOOPLIFT_BASE_URL`, then the local gateway (http://127.0.0.1:8000/v1).
+    `$LOOPLIFT_BASE_URL`, then the local gateway (http://127.0.0.1:8000/v1). `budget` (or the shorthand
+    `max_steps`) bounds each episode; `policy` replaces the model (no server is contacted then).
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
-    if max_steps < 1:
-        raise ConfigError(f"max_steps must be >= 1, got {max_steps}")
-    own_client = client is None
-    ctx = _Ctx(client=client or _client(base_url, api_key, timeout), model=model, sampling=sampling,
-               verifier=verifier, app=app, max_steps=max_steps, system_prompt=system_prompt,
+    limits = _budget(budget, max_steps)
+    own_client = client is None and policy is None
+    ctx = _Ctx(client=client or (None if policy is not None else _client(base_url, api_key, timeout)), policy=policy,
+               model=model if policy is None else getattr(policy, "__name__", "policy"), sampling=sampling,
+               verifier=verifier, app=app, budget=limits, system_prompt=system_prompt, tool_choice=tool_choice,
                metadata=dict(metadata or {}))
     sem = asyncio.Semaphore(concurrency)
 
@@ -206,11 +358,11 @@ async def arun(
         async with sem:
             env = env_factory()
             try:
-                traj = await _episode(ctx, task, env)
+                traj = await _Episode(ctx, task, env).run()
             finally:
                 close = getattr(env, "close", None)
                 if close is not None:
-                    await _call_env(close)
+                    await _call(close)
         if collector is not None:
             collector.submit(traj)
         if on_episode is not None:
@@ -222,7 +374,7 @@ async def arun(
     try:
         return list(await asyncio.gather(*(one(t) for t in tasks)))
     finally:
-        if own_client:
+        if own_client and ctx.client is not None:
             await ctx.client.close()
 
 

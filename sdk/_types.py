@@ -4,6 +4,10 @@ A trajectory is one finished episode of the generate -> execute -> feedback loop
 OpenAI chat format; each assistant turn may carry the token ids and logprobs vLLM returned
 (`return_token_ids`, `logprobs`) so that RL trainers need not re-tokenize. Bump
 `TRAJECTORY_SCHEMA_VERSION` when a field changes meaning.
+
+Versions: 1 — the first contract; 2 — `Step.tool_call` (the tool call a step executed) and
+`Trajectory.end_reason` (which budget or event ended the episode). Both are optional, so version-1
+trajectories still validate.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TRAJECTORY_SCHEMA_VERSION = 1
+TRAJECTORY_SCHEMA_VERSION = 2
 
 Role = Literal["system", "user", "assistant", "tool"]
+EndReason = Literal["done", "max_steps", "max_tokens", "max_seconds", "env_error", "policy_error", "generation_error"]
+"""Why an episode ended: the environment said done, a budget ran out (steps, completion tokens, wall
+time), or the environment, the policy or the model server failed."""
 
 
 def _now() -> datetime:
@@ -39,11 +46,15 @@ class Task(BaseModel):
 
 
 class ToolCallFunction(BaseModel):
+    """The function part of an OpenAI tool call; `arguments` is the JSON text the model wrote."""
+
     name: str
     arguments: str
 
 
 class ToolCall(BaseModel):
+    """An OpenAI tool call of an assistant message (`{"id", "type": "function", "function": {...}}`)."""
+
     id: str
     type: Literal["function"] = "function"
     function: ToolCallFunction
@@ -84,6 +95,7 @@ class Step(BaseModel):
     reward: float = 0.0
     done: bool = False
     info: dict[str, Any] = Field(default_factory=dict)
+    tool_call: Optional[ToolCall] = Field(default=None, description="the tool call this step executed, if any")
     generate_seconds: float = Field(default=0.0, ge=0)
     execute_seconds: float = Field(default=0.0, ge=0)
 
@@ -114,6 +126,7 @@ class Trajectory(BaseModel):
     turns: list[TurnTokens] = Field(default_factory=list)
     steps: list[Step] = Field(default_factory=list)
     outcome: Optional[Outcome] = None
+    end_reason: Optional[EndReason] = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     started_at: datetime = Field(default_factory=_now)
     finished_at: datetime = Field(default_factory=_now)

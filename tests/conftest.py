@@ -50,6 +50,31 @@ def looplift_new_adapter(
 
 
 @pytest.fixture(scope="session")
+def looplift_base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real tiny base model `looplift up`/`demo` build by default (~4 CPU-minutes here), built once per
+    session. Tests that need a policy that solves some tasks (a demo that reaches a swap) use it through
+    `looplift_home_with_base_model` instead of building it again."""
+    from trainer import BaseModelConfig, build_base_model
+
+    return build_base_model(BaseModelConfig(), out_dir=tmp_path_factory.mktemp("looplift_base_model") / "model")
+
+
+@pytest.fixture(scope="session")
+def looplift_home_with_base_model(looplift_base_model: Path) -> Callable[[Path], Path]:
+    """`seed(home)` copies the session's base model into `home`'s base-model cache (where `looplift up` and
+    `looplift demo` look first) and returns `home`."""
+    from trainer import base_model_dir
+
+    def seed(home: Path) -> Path:
+        with pytest.MonkeyPatch.context() as m:
+            m.setenv("LOOPLIFT_HOME", str(home))
+            shutil.copytree(looplift_base_model, base_model_dir())
+        return home
+
+    return seed
+
+
+@pytest.fixture(scope="session")
 def vllm_server(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real vLLM CPU server for the session, serving the tiny model as `policy-v0` with runtime LoRA."""
     from server import VLLMConfig, start_vllm

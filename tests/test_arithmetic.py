@@ -62,3 +62,10 @@ def test_verifier_checks_the_last_answer() -> None:
 def test_held_out_answers_are_exact() -> None:
     for t in held_out_tasks(20):
         assert t.data["answer"] == eval(t.data["expression"])
+
+
+def test_more_than_one_answer_is_no_answer() -> None:
+    assert parse_answer("Answer: 31\nAnswer: 32") is None and parse_answer("Answer: 32") == 32
+    task = _task()
+    traj = Trajectory(task_id=task.id, model="m", messages=[Message(role="assistant", content="Answer: 1\nAnswer: 32")])
+    assert not ArithmeticVerifier().verify(task, traj).success

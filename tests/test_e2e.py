@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -23,9 +24,10 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One LOOPLIFT_HOME for the module, so the tiny base model is built once and then reused from the cache."""
-    return tmp_path_factory.mktemp("looplift-home")
+def home(tmp_path_factory: pytest.TempPathFactory, looplift_home_with_base_model: Callable[[Path], Path]) -> Path:
+    """One LOOPLIFT_HOME for the module; its base-model cache holds the session's build (conftest), so the
+    ~4 CPU-minute build runs once per test session, not once per module that needs it."""
+    return looplift_home_with_base_model(tmp_path_factory.mktemp("looplift-home"))
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -51,13 +53,14 @@ def test_demo_closes_the_loop(home: Path, tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     c0, c1 = result["cycles"]
     assert c0["cycle"] == 0 and c0["version"] == "policy-v0" and c0["episodes"] == 0
-    assert 0.0 <= c0["held_out_success"] <= 1.0
     assert c1["episodes"] == 128 and c1["exported"] > 0 and c1["train_loss"] is not None
-    # The gate decides: a promotion means the new version serves and scored higher on held-out tasks.
-    if c1["promoted"]:
-        assert c1["version"] == "policy-v1" and c1["held_out_success"] > c0["held_out_success"]
-    else:
-        assert c1["version"] == "policy-v0"
+    # The headline: one cycle of learning from its own verified work lifts held-out success far above the
+    # base model's, and the gate promotes it. Measured so far: ~+50 points (39% -> 92% with 256 rollouts;
+    # with 128 rollouts and 60 held-out tasks the lift is smaller but well above the +30 asserted here,
+    # which no sampling wobble of an untrained candidate reaches).
+    assert c0["held_out_success"] <= 0.5, c0
+    assert c1["promoted"] and c1["version"] == "policy-v1", c1
+    assert c1["held_out_success"] >= c0["held_out_success"] + 0.30, (c0, c1)
     assert result["swap_failed_requests"] == 0
     assert result["sandbox_backend"] == detect_backend()
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -67,7 +70,14 @@ def test_demo_closes_the_loop(home: Path, tmp_path: Path) -> None:
 def test_up_serves_the_example_and_the_collector(home: Path) -> None:
     gw, col = _free_port(), _free_port()
     log = open(home / "up.log", "w")
-    up = subprocess.Popen([str(BIN / "looplift"), "up", "--gateway-port", str(gw), "--collector-port", str(col)],
+    # `--model DIR` must not import torch (a [server]-only install has none): -X importtime lists every
+    # module `looplift up` itself imports (vLLM, a child process, is not traced).
+    if not list((home / "models").glob("tiny-*/config.json")):  # run alone, without the demo test's cache
+        subprocess.run([str(BIN / "trainer"), "build-base"], env=_env(home), check=True, capture_output=True,
+                       timeout=1200)
+    model = next(p.parent for p in sorted((home / "models").glob("tiny-*/config.json")))
+    up = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "looplift", "up", "--model", str(model),
+                           "--gateway-port", str(gw), "--collector-port", str(col)],
                           env=_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
@@ -96,7 +106,8 @@ def test_up_serves_the_example_and_the_collector(home: Path) -> None:
         # `trainer run` against the running stack: one job, then the same job again is a no-op.
         def trainer_run() -> dict:
             p = subprocess.run([str(BIN / "trainer"), "run", "--gateway", f"http://127.0.0.1:{gw}",
-                                "--min-reward", "0", "--min-examples", "1", "--json"],
+                                "--eval", "sandboxes:arithmetic_suite", "--min-reward", "0", "--min-examples", "1",
+                                "--json"],
                                env=_env(home), capture_output=True, text=True, timeout=600)
             assert p.returncode == 0, p.stderr[-3000:]
             return json.loads(p.stdout.strip().splitlines()[-1])
@@ -106,6 +117,24 @@ def test_up_serves_the_example_and_the_collector(home: Path) -> None:
         assert first["candidate"] == "policy-v1" and first["serving"] == "policy-v0"
         second = trainer_run()
         assert second["status"] == "skipped" and "no new data" in second["reason"]
+        # `looplift status` on the running stack: what serves, its gate figures, live success, pending data.
+        st = subprocess.run([str(BIN / "looplift"), "status", "--json", "--gateway", f"http://127.0.0.1:{gw}",
+                             "--collector", f"http://127.0.0.1:{col}"], env=_env(home), capture_output=True, text=True,
+                            timeout=120)
+        status = json.loads(st.stdout)
+        assert st.returncode == 0 and status["healthy"], (status["problems"], st.stderr[-2000:])
+        serving = first["candidate"] if first["status"] == "promoted" else "policy-v0"
+        assert status["gateway"]["status"] == "ok" and status["gateway"]["serving"] == serving
+        assert status["gate"]["run_id"] == first["run_id"] and status["gate"]["n"] == 100
+        assert status["live"]["all"]["episodes"] == 6 and status["pending"]["scored"] == 0
+        assert status["runs"]["last"]["status"] == "skipped"
+        # The dashboard `up` links to: the trainer's runs (published into the collector) and the gateway's versions.
+        token = (home / "admin.token").read_text().strip()
+        dash = {ep: httpx.get(f"http://127.0.0.1:{col}/v1/dashboard/{ep}", headers={"Authorization": f"Bearer {token}"},
+                              timeout=30).json() for ep in ("runs", "versions")}
+        assert [r["run_id"] for r in dash["runs"]] == [first["run_id"], second["run_id"]]
+        assert dash["versions"]["gateway"]["serving"] == serving
+        assert f"127.0.0.1:{col}/dashboard#token=" in (home / "up.log").read_text()
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         try:
@@ -114,8 +143,12 @@ def test_up_serves_the_example_and_the_collector(home: Path) -> None:
             os.killpg(up.pid, signal.SIGKILL)
             raise
         log.close()
-    assert rc == 0, (home / "up.log").read_text()[-3000:]
-    assert "stopped" in (home / "up.log").read_text()
+    out = (home / "up.log").read_text()
+    assert rc == 0, out[-3000:]
+    assert "stopped" in out
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.splitlines() if line.startswith("import time:")}
+    assert "server" in imported and "collector" in imported  # the trace is there ...
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "transformers", "peft")}  # ... and torch is not
 
 
 @pytest.mark.parametrize("flag", ["--gateway-port", "--collector-port"])

@@ -7,10 +7,11 @@ Docker backend is unavailable.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from sandboxes import LocalSandbox, Sandbox, SandboxConfig, SandboxPool, make_sandbox
+from sandboxes import EnvSnapshot, LocalSandbox, Sandbox, SandboxConfig, SandboxPool, make_sandbox
 from sandboxes._envs import CodeEnv, ShellEnv, parse_file_blocks, parse_test_output
 from sdk import Environment, Task
 from _backends import BACKENDS
@@ -234,3 +235,41 @@ def test_shell_env_borrows_from_a_pool_and_gives_back() -> None:
         env.close()
         with pool.acquire(timeout=10) as again:  # size 1: only free once the env gave it back
             assert again.exec(["ls", "-A"]).stdout == ""  # and it was reset
+
+
+# -- snapshots: the workdir out and back in, and a shell session resumed --------------------------
+
+
+def test_snapshot_restores_the_workdir_into_a_fresh_sandbox(sb: Sandbox) -> None:
+    sb.reset()
+    sb.exec(["sh", "-c", "mkdir -p d/e && printf hi > d/e/f && printf x > run.sh && chmod +x run.sh && ln -s run.sh link"])
+    snap = sb.snapshot()
+    with make_sandbox(sb.backend, FAST) as other:
+        other.write_file("junk.txt", "to be replaced")
+        other.restore(snap)
+        listing = other.exec(["sh", "-c", "find . -mindepth 1 | sort; test -x run.sh && echo exec; readlink link"])
+        assert listing.stdout.split() == ["./d", "./d/e", "./d/e/f", "./link", "./run.sh", "exec", "run.sh"]
+        assert other.read_file("d/e/f") == b"hi"
+    sb.reset()
+    sb.restore(snap)  # into the same sandbox too, after a reset
+    assert sb.read_file("d/e/f") == b"hi"
+
+
+def test_snapshot_of_an_empty_workdir_restores_to_empty(sb: Sandbox) -> None:
+    sb.reset()
+    empty = sb.snapshot()
+    sb.write_file("a.txt", "x")
+    sb.restore(empty)
+    assert sb.exec(["ls", "-A"]).stdout == ""
+
+
+def test_shell_session_resumes_from_a_snapshot(sb: Sandbox, tmp_path: Path) -> None:
+    env = ShellEnv(sb)
+    env.reset(Task(id="sh", prompt="p"))
+    env.step("mkdir -p work/sub && cd work/sub && export STAGE=two && echo data > f.txt")
+    env.snapshot().save(tmp_path / "shell.snap")
+    with make_sandbox(sb.backend, FAST) as other:
+        resumed = ShellEnv(other)
+        resumed.restore(EnvSnapshot.load(tmp_path / "shell.snap"))
+        out = resumed.step('echo "$STAGE $(basename "$PWD") $(cat f.txt)"').observation
+        assert out.splitlines()[0] == "two sub data" and resumed.cwd.endswith("work/sub")

@@ -11,11 +11,14 @@ import types
 import pytest
 
 EXPECTED = {
-    "sdk": {"ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
+    "sdk": {"Budget", "EnvFamily", "EvalSuite", "Policy", "ToolCall", "ToolCallFunction", "task_slice",
+            "AllOf", "Gated", "LLMJudge", "Weighted",
+            "ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
             "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "looplift_home", "run"},
-    "sdk.infra": {"ServerThread", "ServerThreadError", "atomic_dir", "atomic_open", "atomic_write", "atomic_write_json",
-                  "ensure_secret", "read_secret", "start_server_thread"},
+    "sdk.infra": {"ServerThread", "ServerThreadError", "Shutdown", "TiedProcess", "atomic_dir", "atomic_open", "atomic_write",
+                  "atomic_write_json", "die_with_parent", "ensure_secret", "read_secret", "shutdown_on_signals", "spawn_tied",
+                  "start_server_thread"},
     "server": {"AdapterInvalidError", "AdminAuthError", "AdminClient", "AdminTokenMissingError", "GatewayHandle",
                "GatewaySettings", "GatewayStartError", "HistoryEvent", "InvalidNameError", "NothingToRollBackError",
                "ServerError", "SwapResult", "UpstreamError", "VLLMConfig", "VLLMDiedError", "VLLMServer",
@@ -23,18 +26,23 @@ EXPECTED = {
                "create_gateway", "start_gateway_in_thread", "start_vllm", "validate_adapter"},
     "collector": {"Anonymizer", "AnonymizerState", "PurgeResult",
                   "CollectorError", "CollectorSettings", "CollectorStats", "ConfigError", "Entity",
-                  "ExportError", "ExportFilters", "ExportManifest", "GroupStats", "MigrationError", "ServerHandle",
-                  "StorageError", "Store", "UnknownTrajectoryError", "UnsupportedFormatError", "anonymize_text",
-                  "anonymize_trajectory", "create_app", "export", "open_store", "serve_in_thread"},
-    "trainer": {"BaseModelConfig", "EvalResult", "JobConfig", "JobResult", "PublishError", "SFTConfig",
-                "SFTResult", "TrainerError", "TrainingDataError", "base_model_dir", "build_base_model", "evaluate",
-                "gate", "run_job", "train_sft", "write_lora_adapter", "write_untrained"},
+                  "ExportError", "ExportFilters", "ExportManifest", "GroupStats", "LangfuseSettings", "MigrationError", "ServerHandle",
+                  "StorageError", "Store", "UnknownTrajectoryError", "UnsupportedFormatError", "WindowStats", "anonymize_text",
+                  "anonymize_trajectory", "create_app", "export", "open_store", "record_event", "serve_in_thread"},
+    "trainer": {"BaseModelConfig", "CheckerVerifier", "ConfigError", "EvalResult", "GateConfig", "GateDecision",
+                "HoldoutSuite", "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig",
+                "PublishError", "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv",
+                "SliceRow", "StopToken", "SuiteError", "TRAIN_STEPS", "TrainData", "TrainStep", "Trained",
+                "TrainerError", "TrainingDataError", "base_model_dir", "build_base_model", "evaluate", "gate",
+                "job_config", "list_runs", "load_config", "load_suite", "mcnemar_p", "prompt_suite", "run_job",
+                "schedule_config", "suite_from_holdout", "train_sft", "write_lora_adapter", "write_untrained"},
     "sandboxes": {"ArithmeticEnv", "ArithmeticVerifier", "BackendChoice", "CodeEnv", "ShellEnv", "DockerSandbox",
                   "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
                   "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
-                  "build_image", "choose_backend", "demonstration", "detect_backend", "held_out_tasks", "make_pool",
-                  "make_sandbox", "reap_orphans", "training_tasks"},
+                  "EnvSnapshot", "arithmetic_suite", "build_coding_tasks", "build_image", "choose_backend", "demonstration",
+                  "detect_backend", "env_families", "held_out_tasks", "make_pool", "make_sandbox", "reap_orphans",
+                  "training_tasks"},
     "looplift": {"main"},
 }
 #: The base error each package's exported exceptions derive from.
@@ -47,8 +55,10 @@ def test_all_is_the_public_surface(package: str) -> None:
     mod = importlib.import_module(package)
     assert set(mod.__all__) == EXPECTED[package]
     assert len(mod.__all__) == len(set(mod.__all__))
+    for name in mod.__all__:  # lazy packages (trainer) bind their names on first access
+        getattr(mod, name)
     public = {n for n, v in vars(mod).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
-    public -= {"annotations"}  # `from __future__ import annotations`
+    public -= {"annotations", "TYPE_CHECKING", "Any"}  # typing helpers of the module itself
     assert public == set(mod.__all__), f"public names missing from {package}.__all__: {public - set(mod.__all__)}"
     for name in mod.__all__:
         obj = getattr(mod, name)
@@ -65,3 +75,20 @@ def test_exported_errors_share_the_package_base(package: str) -> None:
         obj = getattr(mod, name)
         if inspect.isclass(obj) and issubclass(obj, Exception):
             assert issubclass(obj, base), f"{package}.{name} does not derive from {base.__name__}"
+
+
+def test_the_looplift_command_loads_without_torch() -> None:
+    """Listing the groups (incl. `trainer`) and running `up --model DIR` must work on a [server]-only install."""
+    import subprocess
+    import sys
+
+    code = ("import sys, looplift._cli, trainer, server, collector, sandboxes; "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft', 'vllm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_trainer_lazy_exports_match_all() -> None:
+    import trainer
+
+    assert sorted(trainer.__all__) == sorted(trainer._EXPORTS)

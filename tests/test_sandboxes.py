@@ -457,8 +457,9 @@ def test_pool_never_hands_out_dead_local_sandbox() -> None:
 
 @needs_docker
 def test_containers_of_a_killed_process_are_reaped() -> None:
-    """A process killed without cleanup (os._exit skips finalizers, like SIGKILL) leaks its container;
-    the next process that starts a Docker sandbox removes it."""
+    """A process killed without cleanup (os._exit skips finalizers, like SIGKILL) whose reaper is gone too
+    (killed with it, or before the reaper blocked SIGTERM) leaks its container; the next process that starts a
+    Docker sandbox removes it. (With its reaper alive the container goes at once: test_lifetimes.)"""
     import subprocess
     import sys
 
@@ -466,8 +467,9 @@ def test_containers_of_a_killed_process_are_reaped() -> None:
     from sandboxes._docker import reap_orphans
     from sandboxes._engine import docker_client
 
-    code = ("import os, sandboxes; sb = sandboxes.DockerSandbox(); print(sb.container_id, flush=True); "
-            "os._exit(0)")
+    code = ("import os, signal, sandboxes, sandboxes._reaper as r; sb = sandboxes.DockerSandbox(); "
+            "os.kill(r._reaper.guardian_pid, signal.SIGKILL); r._reaper.wait(30); "
+            "print(sb.container_id, flush=True); os._exit(0)")
     cid = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=120).stdout.strip()
     client = docker_client()

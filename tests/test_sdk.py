@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import sys
 
 import httpx
@@ -145,3 +146,142 @@ def test_trajectory_rejects_unknown_fields_and_bad_roles() -> None:
         Trajectory(task_id="t", model="m", messages=[{"role": "robot", "content": "x"}])  # type: ignore[list-item]
     with pytest.raises(ValueError):
         Trajectory.model_validate({"task_id": "t", "model": "m", "messages": [], "surprise": 1})
+
+
+# ---- tools, budgets, policies (schema v2) --------------------------------------------------------
+def _tool_server(script: list[dict], seen: list[dict]) -> httpx.MockTransport:
+    """Answers the n-th assistant turn of a conversation with `script[n]` (a message dict, tool calls allowed)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        n = sum(m["role"] == "assistant" for m in body["messages"])
+        msg = {"role": "assistant", "content": None, **script[n]}
+        return httpx.Response(200, json={
+            "id": f"c{n}", "object": "chat.completion", "created": 0, "model": "policy-v1",
+            "prompt_token_ids": list(range(10 + n)),
+            "choices": [{"index": 0, "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop",
+                         "token_ids": [100 + n] * 5, "message": msg, "logprobs": None}],
+            "usage": {"prompt_tokens": 10 + n, "completion_tokens": 5, "total_tokens": 15 + n}})
+
+    return httpx.MockTransport(handler)
+
+
+def _call(i: str, name: str, args: dict) -> dict:
+    return {"id": i, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+class CalcEnv:
+    """Exposes an `add` tool; a text answer equal to the task's sum ends the episode."""
+
+    tools = [{"type": "function", "function": {"name": "add", "description": "a+b",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "a": {"type": "number"}, "b": {"type": "number"}}}}}]
+
+    def reset(self, task: Task) -> str:
+        return task.prompt
+
+    def step(self, action: str) -> StepResult:
+        ok = action.strip() == "5"
+        return StepResult(observation="right" if ok else "wrong", reward=float(ok), done=ok)
+
+    def step_tool(self, call: sdk.ToolCall) -> StepResult:
+        args = json.loads(call.function.arguments)
+        return StepResult(observation=str(args["a"] + args["b"]))
+
+
+async def test_tool_calls_are_executed_and_answered_in_openai_format() -> None:
+    seen: list[dict] = []
+    script = [{"tool_calls": [_call("k1", "add", {"a": 2, "b": 3}), _call("k2", "add", {"a": 1, "b": 1})]},
+              {"content": "5"}]
+    (t,) = await sdk.arun([Task(id="a", prompt="2+3?")], CalcEnv, client=_client(_tool_server(script, seen)),
+                          tool_choice="auto")
+    assert seen[0]["tools"] == CalcEnv.tools and seen[0]["tool_choice"] == "auto"
+    assert [m.role for m in t.messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert t.messages[1].tool_calls is not None and t.messages[1].tool_calls[0].function.name == "add"
+    assert (t.messages[2].tool_call_id, t.messages[2].content) == ("k1", "5")
+    assert (t.messages[3].tool_call_id, t.messages[3].content) == ("k2", "2")
+    # the second request carried the tool results back, in order, as OpenAI tool messages
+    assert [m["role"] for m in seen[1]["messages"]] == ["user", "assistant", "tool", "tool"]
+    assert [s.tool_call.id if s.tool_call else None for s in t.steps] == ["k1", "k2", None]
+    assert t.end_reason == "done" and t.outcome is not None and t.outcome.success
+    assert [turn.message_index for turn in t.turns] == [1, 4] and t.turns[1].completion_token_ids == [101] * 5
+
+
+async def test_tool_call_to_an_environment_without_tools_is_answered_not_run() -> None:
+    script = [{"tool_calls": [_call("k1", "rm", {"path": "/"})]}, {"content": "done"}]
+    (t,) = await sdk.arun([Task(id="a", prompt="x")], EchoEnv, client=_client(_tool_server(script, [])))
+    assert t.messages[2].role == "tool" and "has no tools" in (t.messages[2].content or "")
+    assert t.end_reason == "done"
+
+
+async def test_token_budget_caps_each_request_and_ends_the_episode() -> None:
+    seen: list[dict] = []
+    script = [{"content": "x"}] * 10
+    (t,) = await sdk.arun([Task(id="a", prompt="x")], EchoEnv, client=_client(_tool_server(script, seen)),
+                          budget=sdk.Budget(max_steps=10, max_tokens=12), sampling=sdk.Sampling(max_tokens=8))
+    # 5 tokens per reply: 8, then 7 (12-5), then 2 (12-10) are asked for; after 15 >= 12 the episode ends
+    assert [b["max_tokens"] for b in seen] == [8, 7, 2]
+    assert t.end_reason == "max_tokens" and len(t.turns) == 3
+
+
+async def test_time_budget_ends_a_slow_step() -> None:
+    class Slow(EchoEnv):
+        def step(self, action: str) -> StepResult:
+            time.sleep(0.5)
+            return StepResult(observation="late")
+
+    (t,) = await sdk.arun([Task(id="a", prompt="x")], Slow, client=_client(_tool_server([{"content": "x"}] * 3, [])),
+                          budget=sdk.Budget(max_steps=3, max_seconds=0.2))
+    assert t.end_reason == "max_seconds" and t.steps[-1].info == {"timeout": True}
+
+
+async def test_step_budget_and_done_are_recorded() -> None:
+    (t,) = await sdk.arun([Task(id="a", prompt="x")], EchoEnv,
+                          client=_client(_tool_server([{"content": "x"}] * 5, [])), max_steps=2)
+    assert t.end_reason == "max_steps" and len(t.steps) == 2
+
+
+async def test_policy_replaces_the_model_in_the_same_loop() -> None:
+    def oracle(task: Task, messages: list[sdk.Message]) -> sdk.Message | str:
+        if messages[-1].role == "user" and len(messages) == 1:
+            return sdk.Message(role="assistant", tool_calls=[sdk.ToolCall(
+                id="p1", function=sdk.ToolCallFunction(name="add", arguments='{"a": 2, "b": 3}'))])
+        return messages[-1].content or ""  # echo the tool's answer as text
+
+    async def broken(task: Task, messages: list[sdk.Message]) -> str:
+        raise ValueError("no idea")
+
+    (good,) = await sdk.arun([Task(id="a", prompt="2+3?")], CalcEnv, policy=oracle, verifier=None)
+    assert good.end_reason == "done" and good.outcome is not None and good.outcome.success and good.turns == []
+    (bad,) = await sdk.arun([Task(id="a", prompt="2+3?")], CalcEnv, policy=broken)
+    assert bad.end_reason == "policy_error" and "no idea" in bad.metadata["policy_error"]
+
+
+async def test_server_error_ends_only_that_episode() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": {"message": "bad conversation", "type": "invalid_request_error"}})
+
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0,
+                                http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    (t,) = await sdk.arun([Task(id="a", prompt="x")], EchoEnv, client=client)
+    assert t.end_reason == "generation_error" and "bad conversation" in t.metadata["generation_error"]
+
+
+def test_suites_and_families_refuse_what_cannot_work() -> None:
+    env, ver = EchoEnv, None
+    with pytest.raises(ConfigError, match="no tasks"):
+        sdk.EvalSuite(name="s", tasks=[], env_factory=env, verifier=ver)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="more than once"):
+        sdk.EvalSuite(name="s", tasks=[Task(id="a", prompt=""), Task(id="a", prompt="")], env_factory=env,
+                      verifier=ver)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="cheat"):
+        sdk.EnvFamily(name="f", description="", tasks=lambda s, n, seed: [], env_factory=env, verifier=ver,  # type: ignore[arg-type]
+                      policies={"oracle": lambda t, m: "", "noop": lambda t, m: ""})
+    with pytest.raises(ConfigError, match="max_steps"):
+        sdk.Budget(max_steps=0)
+    with pytest.raises(ConfigError, match="either budget= or max_steps="):
+        sdk.run([Task(id="a", prompt="t")], EchoEnv, budget=sdk.Budget(), max_steps=2)
+    suite = sdk.EvalSuite(name="s", tasks=[Task(id="a", prompt="", data={"slice": "hard"}), Task(id="b", prompt="")],
+                          env_factory=env, verifier=ver)  # type: ignore[arg-type]
+    assert {k: [t.id for t in v] for k, v in suite.slices().items()} == {"hard": ["a"], "all": ["b"]}

@@ -171,14 +171,14 @@ def test_cli_admin_error_exits_nonzero_without_traceback(tmp_path: Path, monkeyp
 
 # ---- process supervision (a real child process stands in for vLLM: only its lifetime matters) ------
 def _spawn(cmd: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    import subprocess
     import sys
 
+    from sdk.infra import spawn_tied
     from server import VLLMServer
 
     log = tmp_path / "child.log"
     log.write_text("line one\nboom: out of memory\n")
-    p = subprocess.Popen(["bash", "-c", cmd], start_new_session=True)
+    p = spawn_tied(["bash", "-c", cmd])
     return VLLMServer(p, command=[sys.executable], host="127.0.0.1", port=1, log_path=log, startup_s=0.0)
 
 

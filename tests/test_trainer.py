@@ -1,4 +1,4 @@
-"""Trainer: tokenizer, loss masking, the base-model builder's determinism, LoRA SFT, the gate."""
+"""Trainer: tokenizer, loss masking, the base-model builder's determinism, LoRA SFT (the gate: test_gate.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from safetensors.torch import load_file
 from sandboxes._arithmetic import demonstration, held_out_tasks, training_tasks
 from trainer._base_model import BaseModelConfig, _tokenizer_corpus, build_base_model
 from trainer._data import IGNORE, encode_chat
-from trainer._eval import EvalResult, gate
 from trainer._tokenizer import build_tokenizer
 from trainer.errors import TrainingDataError
 from trainer.sft import SFTConfig, train_sft
@@ -126,11 +125,3 @@ def test_sft_refuses_empty_or_malformed_data(tiny_model: Path, tmp_path: Path) -
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"oops": 1}\n')
     with pytest.raises(TrainingDataError, match="bad.jsonl:1"):
         train_sft(tiny_model, bad, tmp_path / "a")
-
-
-def test_gate_promotes_only_a_strictly_better_candidate() -> None:
-    serving = EvalResult("policy-v1", 0.5, 100, 0)
-    assert gate(EvalResult("policy-v2", 0.6, 100, 0), serving)
-    assert not gate(EvalResult("policy-v2", 0.5, 100, 0), serving)
-    assert not gate(EvalResult("policy-v2", 0.55, 100, 0), serving, margin=0.1)
-    assert not gate(EvalResult("policy-v2", 0.9, 50, 0), serving)  # not the same task set

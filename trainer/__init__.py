@@ -1,34 +1,112 @@
-"""looplift `trainer`: post-train the served model from its own verified work.
+"""looplift `trainer`: post-train the served model from its own verified work, and gate what it trained.
 
-The tiny base-model builder (the embedded default), LoRA SFT on exported trajectories with the loss on
-the model's own tokens only, the eval gate on held-out tasks, and `run_job` — one idempotent retrain
-job (export -> train -> gate -> publish) that `trainer run`, cron and `looplift demo` all call. The demo's
-orchestration itself lives in the composition root (`looplift._demo`).
-DPO and GRPO come in later issues; multi-GPU (torchrun + FSDP) is not wired yet.
+- The retrain job (`run_job`, `trainer run`): lock -> export -> train (a pluggable `TrainStep`; SFT
+  here) -> load the candidate -> gate -> promote, recorded under `$LOOPLIFT_HOME/trainer/runs`
+  (`list_runs`, `trainer runs`). Idempotent, one at a time per collector database (`JobLock`), stoppable
+  (`StopToken`, SIGTERM) without touching the serving version.
+- The gate: an app's own `sdk.EvalSuite` (`load_suite`: `PKG.MODULE:ATTR` or a prompt-suite JSONL;
+  `prompt_suite` / `suite_from_holdout` for black-box apps), both versions on the same tasks and
+  seeds (`evaluate`), an exact one-sided McNemar test and a per-slice guard (`gate`, `GateConfig`).
+- The scheduler (`Scheduler`, `trainer schedule`, `looplift up --retrain`): cron, new-data and drift
+  triggers. Settings from `looplift.toml` (`load_config`, `job_config`, `schedule_config`).
+- The tiny base-model builder (the embedded default) and LoRA SFT (`train_sft`).
+
+The demo's orchestration lives in the composition root (`looplift._demo`). DPO and GRPO register
+their train steps in `TRAIN_STEPS`; multi-GPU (torchrun + FSDP) is not wired yet.
+
+`import trainer` is cheap: each public name is imported from its module on first use (PEP 562), so the
+`looplift` command can list the `trainer` group — and `looplift up --model DIR` can run — without
+importing torch. Add a public name to `_EXPORTS` (name -> module) and to the TYPE_CHECKING block.
 """
 
-from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
-from ._eval import EvalResult, evaluate, gate
-from ._job import JobConfig, JobResult, run_job
-from .errors import PublishError, TrainerError, TrainingDataError
-from .sft import SFTConfig, SFTResult, train_sft
+from __future__ import annotations
 
-__all__ = [
-    "BaseModelConfig",
-    "EvalResult",
-    "JobConfig",
-    "JobResult",
-    "PublishError",
-    "SFTConfig",
-    "SFTResult",
-    "TrainerError",
-    "TrainingDataError",
-    "base_model_dir",
-    "build_base_model",
-    "evaluate",
-    "gate",
-    "run_job",
-    "train_sft",
-    "write_lora_adapter",
-    "write_untrained",
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "BaseModelConfig": "._base_model",
+    "base_model_dir": "._base_model",
+    "build_base_model": "._base_model",
+    "write_lora_adapter": "._base_model",
+    "write_untrained": "._base_model",
+    "LoopliftConfig": "._config",
+    "job_config": "._config",
+    "load_config": "._config",
+    "schedule_config": "._config",
+    "EvalResult": "._eval",
+    "evaluate": "._eval",
+    "HoldoutSuite": "._from_holdout",
+    "suite_from_holdout": "._from_holdout",
+    "GateConfig": "._gate",
+    "GateDecision": "._gate",
+    "SliceRow": "._gate",
+    "gate": "._gate",
+    "mcnemar_p": "._gate",
+    "StopToken": "._interrupt",
+    "JobConfig": "._job",
+    "JobResult": "._job",
+    "run_job": "._job",
+    "JobLock": "._lock",
+    "CheckerVerifier": "._prompt_suite",
+    "ScriptedPromptEnv": "._prompt_suite",
+    "prompt_suite": "._prompt_suite",
+    "list_runs": "._runs",
+    "ScheduleConfig": "._schedule",
+    "Scheduler": "._schedule",
+    "TRAIN_STEPS": "._steps",
+    "JobContext": "._steps",
+    "TrainData": "._steps",
+    "TrainStep": "._steps",
+    "Trained": "._steps",
+    "load_suite": "._suites",
+    "ConfigError": ".errors",
+    "JobInterrupted": ".errors",
+    "PublishError": ".errors",
+    "SuiteError": ".errors",
+    "TrainerError": ".errors",
+    "TrainingDataError": ".errors",
+    "SFTConfig": ".sft",
+    "SFTResult": ".sft",
+    "train_sft": ".sft",
+}
+
+__all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
+    "BaseModelConfig", "CheckerVerifier", "ConfigError", "EvalResult", "GateConfig", "GateDecision", "HoldoutSuite",
+    "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "PublishError",
+    "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv", "SliceRow", "StopToken",
+    "SuiteError", "TRAIN_STEPS", "TrainData", "TrainStep", "Trained", "TrainerError", "TrainingDataError",
+    "base_model_dir", "build_base_model", "evaluate", "gate", "job_config", "list_runs", "load_config", "load_suite",
+    "mcnemar_p", "prompt_suite", "run_job", "schedule_config", "suite_from_holdout", "train_sft",
+    "write_lora_adapter", "write_untrained",
 ]
+
+if TYPE_CHECKING:
+    from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
+    from ._config import LoopliftConfig, job_config, load_config, schedule_config
+    from ._eval import EvalResult, evaluate
+    from ._from_holdout import HoldoutSuite, suite_from_holdout
+    from ._gate import GateConfig, GateDecision, SliceRow, gate, mcnemar_p
+    from ._interrupt import StopToken
+    from ._job import JobConfig, JobResult, run_job
+    from ._lock import JobLock
+    from ._prompt_suite import CheckerVerifier, ScriptedPromptEnv, prompt_suite
+    from ._runs import list_runs
+    from ._schedule import ScheduleConfig, Scheduler
+    from ._steps import TRAIN_STEPS, JobContext, TrainData, Trained, TrainStep
+    from ._suites import load_suite
+    from .errors import ConfigError, JobInterrupted, PublishError, SuiteError, TrainerError, TrainingDataError
+    from .sft import SFTConfig, SFTResult, train_sft
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,21 +1,28 @@
-"""`trainer` CLI (also `looplift trainer`): build the tiny base model, run one retrain job, SFT by hand."""
+"""`trainer` CLI (also `looplift trainer`): the retrain job (`run`), its history (`runs`), the scheduler
+(`schedule`), eval suites (`suite`), the tiny base model (`build-base`) and SFT by hand (`sft`).
+
+Settings come from flags, then `looplift.toml` (`--config`, ./looplift.toml, $LOOPLIFT_HOME/looplift.toml),
+then defaults; every failure is one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-app = typer.Typer(help="Post-train the served model: base-model builder, SFT, the retrain job.",
+app = typer.Typer(help="Post-train the served model: the retrain job, its history, the scheduler, eval suites, "
+                       "the base-model builder, SFT.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console(stderr=True)
 
 
-def _fail(msg: str, code: int = 1) -> None:
-    console.print(f"[red]error:[/red] {msg}")
+def _fail(msg: str, code: int = 1) -> NoReturn:
+    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
+    console.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -66,41 +73,258 @@ def sft_cmd(
     print(json.dumps({"adapter_dir": str(res.adapter_dir), "train_loss": res.train_loss, "examples": res.examples}))
 
 
-@app.command("run")
-def run_cmd(
-    base_model: Optional[Path] = typer.Option(None, "--base-model",
-                                              help="Base model the server serves (default: the cached tiny model)."),
-    db: Optional[str] = typer.Option(None, help="Collector DB URL (default sqlite:///$LOOPLIFT_HOME/collector.db)."),
-    gateway: str = typer.Option("http://127.0.0.1:8000", help="Gateway URL."),
-    token: Optional[str] = typer.Option(None, help="Admin token (default $LOOPLIFT_ADMIN_TOKEN or the token file)."),
-    app_name: Optional[str] = typer.Option(None, "--app", help="Only train on this app's trajectories."),
-    min_reward: float = typer.Option(1.0, help="Only train on trajectories with at least this reward."),
-    min_examples: int = typer.Option(8, help="Skip when fewer examples are exported."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-) -> None:
-    """One idempotent retrain job: export -> LoRA SFT -> eval gate on held-out tasks -> publish."""
-    from sdk import looplift_home
+# ---- options shared by `run` and `schedule` (flags win over looplift.toml, which wins over defaults) ----
+_CONFIG = typer.Option(None, "--config", help="looplift.toml to read (default: ./looplift.toml, then "
+                                              "$LOOPLIFT_HOME/looplift.toml).")
+_EVAL = typer.Option(None, "--eval", help="Eval suite the gate runs: PKG.MODULE:ATTR (an sdk.EvalSuite or a function "
+                                          "returning one) or a prompt-suite .jsonl. The demo's: sandboxes:arithmetic_suite.")
+_ALGO = typer.Option(None, "--algo", help="Training algorithm: sft, or PKG.MODULE:ATTR naming a TrainStep.")
+_BASE = typer.Option(None, "--base-model", help="Base model the server serves (default: the cached tiny model).")
+_DB = typer.Option(None, "--db", help="Collector DB URL (default sqlite:///$LOOPLIFT_HOME/collector.db).")
+_GATEWAY = typer.Option(None, "--gateway", help="Gateway URL (default http://127.0.0.1:8000).")
+_TOKEN = typer.Option(None, "--token", help="Admin token (default $LOOPLIFT_ADMIN_TOKEN or the token file).")
+_APP = typer.Option(None, "--app", help="Only train on this app's trajectories.")
+_MIN_REWARD = typer.Option(None, "--min-reward", help="Only train on trajectories with at least this reward (1.0).")
+_MIN_EXAMPLES = typer.Option(None, "--min-examples", help="Skip the run when fewer examples are exported (8).")
+_HOLDOUT = typer.Option(None, "--holdout", help="Export with this holdout fraction, so a from-holdout suite's tasks "
+                                                "never train (default: what the suite file declares).")
+_ALPHA = typer.Option(None, "--alpha", help="Gate: one-sided exact McNemar significance level (0.05).")
+_SLICE_TOL = typer.Option(None, "--slice-tolerance", help="Gate: largest allowed drop of a slice's success rate (0.05).")
+_RUNS_DIR = typer.Option(None, "--runs-dir", help="Run history directory (default $LOOPLIFT_HOME/trainer/runs).")
 
-    from ._base_model import base_model_dir
-    from ._job import JobConfig, run_job
+
+def _job(config: Optional[Path], token: Optional[str], **flags: object) -> tuple[object, object]:
+    """(JobConfig, EvalSuite) from the flags and looplift.toml, or a one-line error."""
+    from ._config import job_config, load_config
+    from ._suites import load_suite
     from .errors import TrainerError
 
-    model_dir = base_model or base_model_dir()
-    if not (Path(model_dir) / "config.json").exists():
-        _fail(f"no base model at {model_dir}; pass --base-model DIR or run `trainer build-base`", 2)
-    cfg = JobConfig(base_model_dir=Path(model_dir), collector_db=db or f"sqlite:///{looplift_home() / 'collector.db'}",
-                    gateway_url=gateway, admin_token=token, app=app_name, min_reward=min_reward,
-                    min_examples=min_examples)
     try:
-        res = run_job(cfg, status=lambda m: console.print(f"[dim]{m}[/dim]"))
-    except (TrainerError, OSError) as e:
+        job = job_config(load_config(config), admin_token=token,
+                         **{k: (str(v) if isinstance(v, Path) else v) for k, v in flags.items()})
+        if not (Path(job.base_model_dir) / "config.json").exists() and job.algo == "sft":
+            _fail(f"no base model at {job.base_model_dir}; pass --base-model DIR or run `trainer build-base`", 2)
+        return job, load_suite(job.eval)
+    except TrainerError as e:
+        _fail(str(e), 2)
+        raise  # unreachable: _fail exits
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from .errors import TrainerError
+
+    found: list[type[BaseException]] = [TrainerError, OSError]
+    for module, name in (("server", "ServerError"), ("collector", "CollectorError"), ("sdk.errors", "LoopliftError")):
+        try:
+            found.append(getattr(__import__(module, fromlist=[name]), name))
+        except ImportError:
+            pass
+    return tuple(found)
+
+
+@app.command("run")
+def run_cmd(
+    eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
+    base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
+    token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
+    min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
+    slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
+    trigger: str = typer.Option("manual", help="Recorded as the run's trigger (e.g. `cron` from a systemd timer)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """One idempotent retrain job: export -> train -> gate on the app's eval suite -> publish if better.
+
+    Exits 0 whether the gate promoted, rejected or skipped (see `trainer runs`); SIGTERM stops it with the
+    serving version untouched and the run recorded as interrupted (exit 143)."""
+    from ._interrupt import StopToken, sigterm_stops
+    from ._job import run_job
+    from .errors import JobInterrupted
+
+    job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
+                      app=app_name, min_reward=min_reward, min_examples=min_examples, holdout=holdout, alpha=alpha,
+                      slice_tolerance=slice_tolerance, runs_dir=runs_dir)
+    stop = StopToken()
+    try:
+        with sigterm_stops(stop):
+            res = run_job(job, suite=suite, trigger=trigger, stop=stop,  # type: ignore[arg-type]
+                          status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
+    except JobInterrupted as e:
+        _fail(f"interrupted by {e}; the serving version is untouched and the run is recorded as interrupted", 143)
+    except _known_errors() as e:
         _fail(str(e))
-    except Exception as e:  # server/collector errors carry their own messages
-        _fail(f"{type(e).__name__}: {e}")
     if as_json:
-        print(json.dumps(res.__dict__, default=str))
+        print(json.dumps(res.to_dict()))
     else:
-        console.print(f"run {res.run_id}: [bold]{res.status}[/bold] — {res.reason} (exported {res.exported})")
+        console.print(f"run {res.run_id}: [bold]{res.status}[/bold] — {res.reason} (exported {res.exported})",
+                      highlight=False)
+
+
+@app.command("runs")
+def runs_cmd(
+    run_id: Optional[str] = typer.Argument(None, help="Show this run in full: its gate's per-slice table and record."),
+    runs_dir: Optional[Path] = _RUNS_DIR,
+    limit: int = typer.Option(20, help="Show the newest N runs (0: all)."),
+    as_json: bool = typer.Option(False, "--json", help="Print every field of each run as a JSON list."),
+) -> None:
+    """The retrain history: run id, start, trigger, status, reason and the gate's figures."""
+    from rich.table import Table
+
+    from ._runs import default_runs_dir, list_runs
+
+    runs = list_runs(default_runs_dir(runs_dir))
+    if run_id is not None:
+        found = [r for r in runs if r.get("run_id", "").startswith(run_id)]
+        if len(found) != 1:
+            _fail(f"{len(found)} runs match {run_id!r} in {default_runs_dir(runs_dir)}; give a longer run id", 2)
+        _show_run(found[0], as_json)
+        return
+    runs = runs[-limit:] if limit > 0 else runs
+    if as_json:
+        print(json.dumps(runs))
+        return
+
+    table = Table(title=f"retrain runs ({default_runs_dir(runs_dir)})")
+    for col in ("run", "started", "trigger", "status", "candidate vs serving", "n", "b/c", "p", "reason"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        g = r.get("gate") or {}
+        cs, ss = r.get("candidate_success"), r.get("serving_success")
+        rates = "-" if cs is None or ss is None else f"{r.get('candidate')} {cs:.0%} vs {r.get('serving')} {ss:.0%}"
+        table.add_row(r.get("run_id", "?"), (r.get("started_at") or "")[:19], r.get("trigger") or "-",
+                      r.get("status", "?"), rates, str(g.get("n", "-")),
+                      f"{g['b']}/{g['c']}" if "b" in g else "-",
+                      f"{g['p_value']:.2g}" if "p_value" in g else "-", r.get("reason") or "")
+    Console(width=max(160, Console().width)).print(table)
+
+
+def _show_run(run: dict, as_json: bool) -> None:  # type: ignore[type-arg]
+    if as_json:
+        print(json.dumps(run))
+        return
+    from rich.table import Table
+
+    g = run.get("gate") or {}
+    console.print(f"run {run.get('run_id')}: [bold]{run.get('status')}[/bold] — {escape(str(run.get('reason')))}",
+                  highlight=False)
+    if g.get("slices"):
+        table = Table(title=f"{g['test']}: n={g['n']} b={g['b']} c={g['c']} p={g['p_value']:.3g} alpha={g['alpha']:g}"
+                            f" (slice tolerance {g['slice_tolerance']:.0%})")
+        for col in ("slice", "n", "candidate", "serving", "delta", "regressed"):
+            table.add_column(col, justify="right")
+        for r in g["slices"]:
+            table.add_row(r["slice"], str(r["n"]), f"{r['candidate']:.0%}", f"{r['serving']:.0%}",
+                          f"{100 * r['delta']:+.0f} pts", "yes" if r["regressed"] else "no")
+        Console().print(table)
+
+
+@app.command("schedule")
+def schedule_cmd(
+    cron: Optional[str] = typer.Option(None, "--cron", help="Run on this cron expression (e.g. '0 3 * * *'; local time)."),
+    new_data: Optional[int] = typer.Option(None, "--new-data", help="Run after N new scored trajectories of the app."),
+    drift: Optional[float] = typer.Option(None, "--drift", help="Run when the serving version's live success falls this "
+                                                                "far (0-1) below what its gate measured."),
+    drift_window: Optional[str] = typer.Option(None, "--drift-window", help="Live window for --drift (24h)."),
+    drift_min_episodes: Optional[int] = typer.Option(None, "--drift-min-episodes",
+                                                     help="Fewest live episodes for a drift decision (30)."),
+    poll: Optional[str] = typer.Option(None, "--poll", help="How often to check the triggers (30s)."),
+    max_runs: Optional[int] = typer.Option(None, "--max-runs", help="Exit after this many jobs (default: run forever)."),
+    eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
+    base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
+    token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
+    min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
+    slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
+) -> None:
+    """Run the retrain job whenever a trigger fires: a cron time, N new scored trajectories, or drift.
+
+    Two schedulers (any hosts) never run jobs at once: the job lock serializes them. SIGTERM stops the
+    scheduler; a job it was running is recorded as interrupted, the serving version untouched."""
+    from ._config import load_config, schedule_config
+    from ._interrupt import sigterm_stops
+    from ._schedule import Scheduler
+    from .errors import JobInterrupted, TrainerError
+
+    try:
+        sched = schedule_config(load_config(config), cron=cron, new_data=new_data, drift=drift,
+                                drift_window=drift_window, drift_min_episodes=drift_min_episodes, poll=poll)
+    except TrainerError as e:
+        _fail(str(e), 2)
+    job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
+                      app=app_name, min_reward=min_reward, min_examples=min_examples, holdout=holdout, alpha=alpha,
+                      slice_tolerance=slice_tolerance, runs_dir=runs_dir)
+    scheduler = Scheduler(job, sched, suite,  # type: ignore[arg-type]
+                          status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
+    console.print(f"scheduler: cron={sched.cron} new-data={sched.new_data} drift={sched.drift}; polling every "
+                  f"{sched.poll_s:g} s", highlight=False)
+    try:
+        with sigterm_stops(scheduler.token):
+            scheduler.run(max_runs=max_runs)
+    except JobInterrupted as e:
+        _fail(f"stopped by {e}; a running job was recorded as interrupted, the serving version is untouched", 143)
+
+
+suite_app = typer.Typer(help="Eval suites: build a prompt suite from held-out production data, check one.",
+                        no_args_is_help=True)
+app.add_typer(suite_app, name="suite")
+
+
+@suite_app.command("from-holdout")
+def suite_from_holdout_cmd(
+    holdout_file: Path = typer.Argument(..., help="FILE.holdout.jsonl from `collector export --format sft --holdout F`."),
+    out: Path = typer.Option(..., "--out", help="The prompt-suite JSONL to write (then `trainer run --eval OUT`)."),
+    checker: str = typer.Option("exact", help="exact | regex:PATTERN | json:FIELD | PKG.MODULE:FUNCTION."),
+    min_reward: float = typer.Option(1.0, help="A record with at least this reward is verified."),
+    min_score: Optional[float] = typer.Option(None, help="Also accept records with at least this score (feedback)."),
+    slice_by: str = typer.Option("app", help="Slice tasks by app | task | none."),
+    name: Optional[str] = typer.Option(None, help="Suite name (default: the file name)."),
+    max_tokens: int = typer.Option(128, help="Completion tokens per turn."),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON."),
+) -> None:
+    """A prompt-only eval suite from production data held out by `collector export --holdout`."""
+    from ._from_holdout import suite_from_holdout
+    from .errors import TrainerError
+
+    try:
+        built = suite_from_holdout(holdout_file, checker=checker, min_reward=min_reward, min_score=min_score,
+                                   slice_by=slice_by, name=name, max_tokens=max_tokens)
+        built.write(out)
+    except (TrainerError, OSError) as e:
+        _fail(str(e), 2)
+    summary = {"out": str(out), "tasks": len(built.cases), "read": built.read, "skipped": built.skipped,
+               "holdout": built.header.get("holdout"), "checker": checker}
+    if as_json:
+        print(json.dumps(summary))
+        return
+    console.print(f"wrote {len(built.cases)} tasks to {out} ({built.read} records read; skipped: "
+                  f"{built.skipped or 'none'})", highlight=False)
+    if built.header.get("holdout") is not None:
+        console.print(f"the suite records holdout {built.header['holdout']}: `trainer run --eval {out}` exports with it, "
+                      "so these tasks never become training data", highlight=False)
+
+
+@suite_app.command("check")
+def suite_check_cmd(
+    spec: str = typer.Argument(..., help="PKG.MODULE:ATTR or a prompt-suite .jsonl."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Load a suite the way `trainer run --eval` does and show its tasks, slices, budget and sampling."""
+    from sdk import task_slice
+
+    from ._suites import load_suite
+    from .errors import TrainerError
+
+    try:
+        suite = load_suite(spec)
+    except TrainerError as e:
+        _fail(str(e), 2)
+    slices: dict[str, int] = {}
+    for t in suite.tasks:
+        slices[task_slice(t, suite.slice_key)] = slices.get(task_slice(t, suite.slice_key), 0) + 1
+    summary = {"name": suite.name, "tasks": len(suite.tasks), "slices": slices,
+               "budget": {"max_steps": suite.budget.max_steps, "max_tokens": suite.budget.max_tokens,
+                          "max_seconds": suite.budget.max_seconds},
+               "sampling": {"temperature": suite.sampling.temperature, "max_tokens": suite.sampling.max_tokens,
+                            "seed": suite.sampling.seed}}
+    print(json.dumps(summary) if as_json else json.dumps(summary, indent=2))
 
 
 def main() -> None:

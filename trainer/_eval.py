@@ -1,55 +1,91 @@
-"""The eval gate: run held-out tasks through the gateway against a version, compare, decide.
+"""Run an app's eval suite through the gateway against one version and keep every task's outcome.
 
-Both versions are evaluated in the same run with the same per-task sampling seeds, so the comparison
-is paired: a candidate is promoted only if it solves strictly more held-out tasks than the version
-serving now (plus an optional margin). Eval episodes are never sent to the collector: held-out tasks
-must never become training data.
+The suite (`sdk.EvalSuite`) says everything an episode needs: tasks, a fresh environment per episode,
+the verifier, the budget (steps, tokens, time), the sampling, the system prompt and tool choice. The
+gate needs per-task outcomes, not just a rate, because it compares versions pair by pair
+(`_gate.gate`). Sampling is seeded per task (the suite's seed, else `EVAL_SEED`), so evaluating two
+versions with the same seed is a paired comparison.
+
+Eval episodes are never sent to the collector: held-out tasks must never become training data. An
+episode whose verifier or environment crashed counts as a failure and is counted in `errors`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 import sdk
-from sdk import Environment, Task, Trajectory, Verifier
+from sdk import EvalSuite, Trajectory, task_slice
+
+from . import _defaults as D
 
 
 @dataclass(frozen=True)
 class EvalResult:
+    """One version's outcomes on one suite."""
+
     version: str
-    success: float
-    """Fraction of held-out tasks solved (0–1)."""
-    n: int
-    errors: int
+    suite: str
+    outcomes: Mapping[str, bool]
+    """Task id -> solved."""
+    slices: Mapping[str, str] = field(default_factory=dict)
+    """Task id -> slice (the task's `data[suite.slice_key]`, "all" when it has none)."""
+    errors: int = 0
     """Episodes whose verifier or environment crashed (counted as failures, reported separately)."""
+    seed: int = D.EVAL_SEED
+
+    @property
+    def n(self) -> int:
+        """Tasks evaluated."""
+        return len(self.outcomes)
+
+    @property
+    def successes(self) -> int:
+        """Tasks solved."""
+        return sum(self.outcomes.values())
+
+    @property
+    def success(self) -> float:
+        """Fraction of tasks solved (0-1)."""
+        return self.successes / self.n if self.n else 0.0
+
+
+def suite_seed(suite: EvalSuite, seed: Optional[int] = None) -> int:
+    """The sampling seed the gate uses for `suite`: `seed`, else the suite's, else `EVAL_SEED`."""
+    if seed is not None:
+        return seed
+    return suite.sampling.seed if suite.sampling.seed is not None else D.EVAL_SEED
 
 
 async def evaluate(
     version: str,
-    tasks: Sequence[Task],
-    env_factory: Callable[[], Environment],
-    verifier: Verifier,
+    suite: EvalSuite,
     *,
     base_url: str,
     api_key: Optional[str] = None,
-    seed: int = 0,
-    concurrency: int = 16,
-    max_steps: int = 4,
-    max_tokens: int = 64,
+    seed: Optional[int] = None,
+    concurrency: int = D.EVAL_CONCURRENCY,
     on_episode: Optional[Callable[[Trajectory], object]] = None,
+    client: Optional[Any] = None,
 ) -> EvalResult:
-    """Held-out success of `version` (pass@1 at temperature 1, seeded per task)."""
+    """Run every task of `suite` once against `version` (pass@1 with the suite's sampling, seeded per task).
+
+    `client` is an `openai.AsyncOpenAI` to use instead of one made from `base_url` (tests pass one
+    whose transport is faked)."""
+    s = suite_seed(suite, seed)
     trajs = await sdk.arun(
-        tasks, env_factory, model=version, verifier=verifier, base_url=base_url, api_key=api_key,
-        max_steps=max_steps, concurrency=concurrency, sampling=sdk.Sampling(max_tokens=max_tokens, seed=seed),
-        on_episode=on_episode, app="eval",
+        list(suite.tasks), suite.env_factory, model=version, verifier=suite.verifier, base_url=base_url,
+        api_key=api_key, concurrency=concurrency, sampling=dataclasses.replace(suite.sampling, seed=s),
+        budget=suite.budget, system_prompt=suite.system_prompt, tool_choice=suite.tool_choice, on_episode=on_episode,
+        app="eval", client=client,
     )
-    ok = sum(1 for t in trajs if t.outcome is not None and t.outcome.success)
-    errors = sum(1 for t in trajs if (t.outcome is not None and t.outcome.error) or "env_error" in t.metadata)
-    return EvalResult(version=version, success=ok / max(1, len(trajs)), n=len(trajs), errors=errors)
-
-
-def gate(candidate: EvalResult, serving: EvalResult, *, margin: float = 0.0) -> bool:
-    """Promote only if the candidate beats the serving version by more than `margin` on the same tasks."""
-    return candidate.n == serving.n and candidate.success > serving.success + margin
+    outcomes: dict[str, bool] = {}
+    slices: dict[str, str] = {}
+    errors = 0
+    for task, t in zip(suite.tasks, trajs):
+        outcomes[task.id] = bool(t.outcome is not None and t.outcome.success)
+        slices[task.id] = task_slice(task, suite.slice_key)
+        errors += bool((t.outcome is not None and t.outcome.error) or t.end_reason in ("env_error", "generation_error"))
+    return EvalResult(version=version, suite=suite.name, outcomes=outcomes, slices=slices, errors=errors, seed=s)

@@ -1,4 +1,15 @@
-"""The trainer's exception tree. A gate that refuses a candidate is a result, not an error."""
+"""The trainer's exception tree. A gate that refuses a candidate is a result, not an error.
+
+    TrainerError
+    ├── TrainingDataError   the exported data cannot be trained on (names the file and line)
+    ├── PublishError        the gateway refused to load or promote a version (names the run)
+    ├── SuiteError          an eval suite cannot be loaded or is unusable (names the spec and the fix)
+    └── ConfigError         bad `looplift.toml`, bad cron expression, bad option (names the key and the fix)
+
+    JobInterrupted (a BaseException, like KeyboardInterrupt): a running job was asked to stop
+    (SIGTERM, the scheduler stopping). It is not a TrainerError on purpose: `except Exception` blocks
+    on the way (the agent loop records crashing environments as data) must not swallow it.
+"""
 
 
 class TrainerError(Exception):
@@ -11,3 +22,15 @@ class TrainingDataError(TrainerError):
 
 class PublishError(TrainerError):
     """The gateway refused to load or promote a version; the old version keeps serving."""
+
+
+class SuiteError(TrainerError):
+    """An eval suite cannot be loaded (bad import path, no tasks, bad checker); the message says what to fix."""
+
+
+class ConfigError(TrainerError):
+    """A `looplift.toml` key, a cron expression or an option is wrong; the message names it and the fix."""
+
+
+class JobInterrupted(BaseException):
+    """A retrain job was asked to stop; the run is recorded as interrupted and the serving version is untouched."""

@@ -1,5 +1,6 @@
-"""Infrastructure the looplift services share: one implementation each of atomic file writes and of
-a uvicorn server in a background thread.
+"""Infrastructure the looplift services share: one implementation each of atomic file writes, of a
+uvicorn server in a background thread, of child processes that die with their parent, and of turning
+SIGTERM/SIGINT/SIGHUP into an orderly shutdown.
 
 Applications do not need this module; `server`, `collector`, `trainer` and `looplift` import it so that
 each of these jobs is done one way (the same fsync behaviour everywhere, the same thread-server
@@ -9,16 +10,23 @@ Importing it needs nothing beyond the SDK's own dependencies: uvicorn is importe
 
 from .._home import ensure_secret, read_secret
 from ._files import atomic_dir, atomic_open, atomic_write, atomic_write_json
+from ._signals import Shutdown, shutdown_on_signals
 from ._threads import ServerThread, ServerThreadError, start_server_thread
+from ._tied import TiedProcess, die_with_parent, spawn_tied
 
 __all__ = [
     "ServerThread",
     "ServerThreadError",
+    "Shutdown",
+    "TiedProcess",
     "atomic_dir",
     "atomic_open",
     "atomic_write",
     "atomic_write_json",
+    "die_with_parent",
     "ensure_secret",
     "read_secret",
+    "shutdown_on_signals",
+    "spawn_tied",
     "start_server_thread",
 ]

