@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import statistics
 import struct
 import time
@@ -17,6 +16,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines
 from server import (
     AdapterInvalidError,
     AdminAuthError,
@@ -32,7 +32,6 @@ from server import (
 pytestmark = pytest.mark.vllm
 
 ADMIN = "test-admin-token"
-CHAT = [{"role": "user", "content": "What is 2+3?"}]
 
 
 @pytest.fixture
@@ -74,23 +73,6 @@ def _metrics(client: httpx.Client) -> dict[str, float]:
     return out
 
 
-def _sse_events(lines: list[str]) -> list[Any]:
-    return [line[len("data: "):] for line in lines if line.startswith("data: ")]
-
-
-def _sse_lines(r: httpx.Response) -> Iterator[str]:
-    """SSE lines split on "\n" only. httpx's iter_lines also splits on \x85, \u2028, \x1c…, which an
-    untrained model's tokens contain unescaped inside JSON strings (JSON does not escape them)."""
-    buf = b""
-    for chunk in r.iter_bytes():
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            yield line.decode("utf-8").rstrip("\r")
-    if buf:
-        yield buf.decode("utf-8")
-
-
 # ---- OpenAI surface ------------------------------------------------------------------------------
 def test_chat_non_stream_passes_token_ids_and_logprobs(client: httpx.Client) -> None:
     r = _chat(client, return_token_ids=True, logprobs=True, top_logprobs=2)
@@ -111,7 +93,7 @@ def test_chat_stream_proxies_sse_with_token_ids(client: httpx.Client) -> None:
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
-        events = _sse_events(list(_sse_lines(r)))
+        events = sse_events(list(sse_lines(r)))
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert {c["model"] for c in chunks} == {"policy-v0"}
@@ -370,9 +352,9 @@ def test_restart_serves_same_version(vllm_server: Any, tmp_path: Path,
 def test_stream_client_disconnect_releases_in_flight(gateway: GatewayHandle, admin: AdminClient) -> None:
     # 8 choices: ~8 MB of SSE, more than loopback's send buffer (autotuned up to 4 MB) and the 4 KB
     # receive window can absorb, so the unread stream is provably still in flight at the check.
-    with _slow_reader(gateway.url) as c:
-        with c.stream("POST", "/v1/chat/completions", json={**_LONG_STREAM, "n": 8}) as r:
-            lines = _sse_lines(r)
+    with slow_reader(gateway.url) as c:
+        with c.stream("POST", "/v1/chat/completions", json={**LONG_STREAM, "n": 8}) as r:
+            lines = sse_lines(r)
             assert next(lines).startswith("data: ")
             time.sleep(0.3)
             assert admin.versions().versions[0].in_flight == 1
@@ -416,7 +398,7 @@ def test_hot_swap_under_load_drops_nothing(
                 async with ac.stream("POST", "/v1/chat/completions", json=body) as r:
                     rec["status"] = r.status_code
                     await note_answered()
-                    events = _sse_events((await r.aread()).decode("utf-8").split("\n"))  # see _sse_lines
+                    events = sse_events((await r.aread()).decode("utf-8").split("\n"))  # see sse_lines
                 rec["ok"] = events[-1] == "[DONE]" and not any('"error"' in e for e in events)
                 rec["model"] = json.loads(events[0])["model"]
             else:
@@ -471,28 +453,15 @@ def test_hot_swap_under_load_drops_nothing(
           f" prev in flight at flip={[o['prev_in_flight'] for o in observations]}")
 
 
-def _slow_reader(base_url: str) -> httpx.Client:
-    # A 4 KB receive window: while the test does not read, the gateway cannot finish sending a
-    # long stream (uvicorn pauses on a full socket), so "still in flight" does not depend on how
-    # fast vLLM generates on a busy machine.
-    transport = httpx.HTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)])
-    return httpx.Client(base_url=base_url, timeout=120, transport=transport)
-
-
-# ~1 MB of SSE (480 tokens x 20 top logprobs): far more than the socket buffers hold.
-_LONG_STREAM = {"model": "policy", "messages": CHAT, "max_tokens": 480, "stream": True, "ignore_eos": True,
-                "logprobs": True, "top_logprobs": 20}
-
-
 def test_drain_waits_for_long_stream_before_unload(
     gateway: GatewayHandle, admin: AdminClient, vllm_server: Any, looplift_new_adapter: Callable[[int], Path],
 ) -> None:
     v1 = admin.load(str(looplift_new_adapter(0))).name
     v2 = admin.load(str(looplift_new_adapter(1))).name
     admin.promote(v1)
-    with _slow_reader(gateway.url) as c:
-        with c.stream("POST", "/v1/chat/completions", json=_LONG_STREAM) as r:
-            lines = _sse_lines(r)
+    with slow_reader(gateway.url) as c:
+        with c.stream("POST", "/v1/chat/completions", json=LONG_STREAM) as r:
+            lines = sse_lines(r)
             first = next(line for line in lines if line.startswith("data: "))
             assert json.loads(first[6:])["model"] == v1
             swap = admin.promote(v2)
@@ -508,7 +477,7 @@ def test_drain_waits_for_long_stream_before_unload(
             if mid[v1].in_flight == 1:
                 assert mid[v1].state == "loaded" and v1 in in_vllm
             assert _chat(httpx.Client(base_url=gateway.url, timeout=60)).json()["model"] == v2  # new traffic: v2
-            rest = _sse_events(list(lines))
+            rest = sse_events(list(lines))
     assert rest[-1] == "[DONE]" and not any('"error"' in e for e in rest)
     assert {json.loads(e)["model"] for e in rest[:-1]} == {v1}  # the whole stream came from v1
     stream_done = time.time()

@@ -1,0 +1,275 @@
+"""The gateway over two real vLLM CPU replicas: routing, affinity, versions on all, a refusal on one, and a replica
+SIGKILLed under load (issue 12).
+
+Replica A is the session's `vllm_server` (passed as a URL: a remote one to the gateway, never killed here);
+replica B is this module's own vLLM, passed as a `LocalReplica` so that the gateway restarts it when it dies.
+The kill test runs last and leaves B restarted. Routing without HTTP (least outstanding, affinity, exclusion)
+is tested on `ReplicaSet.pick` directly at the top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+
+from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines, start_warm_vllm
+from server import (
+    AdminClient,
+    GatewayHandle,
+    GatewaySettings,
+    LocalReplica,
+    UpstreamError,
+    VLLMConfig,
+    start_gateway_in_thread,
+)
+from server._replicas import ReplicaSet
+
+ADMIN = "test-admin-token"
+KILL_REQUESTS = 500
+KILL_CONCURRENCY = 16
+
+
+# ---- routing, no HTTP ------------------------------------------------------------------------------
+@pytest.fixture
+def three(tmp_path: Path) -> ReplicaSet:
+    rs = ReplicaSet(GatewaySettings(admin_token="t", state_dir=tmp_path), ["http://a", "http://b", "http://c"])
+    for r in rs.replicas:
+        rs._mark_up(r)
+    return rs
+
+
+def test_pick_least_outstanding(three: ReplicaSet) -> None:
+    a, b, c = three.replicas
+    a.in_flight, b.in_flight, c.in_flight = 3, 1, 2
+    assert three.pick(None) is b
+
+
+def test_pick_spreads_ties(three: ReplicaSet) -> None:
+    assert {three.pick(None).url for _ in range(3)} == {"http://a", "http://b", "http://c"}  # type: ignore[union-attr]
+
+
+def test_session_sticks_while_healthy_then_moves(three: ReplicaSet) -> None:
+    first = three.pick("s1")
+    assert first is not None
+    first.in_flight = 10  # busier than the others: affinity wins over load
+    assert three.pick("s1") is first
+    three.mark_down(first, "killed")
+    moved = three.pick("s1")
+    assert moved is not None and moved is not first
+    assert three.pick("s1") is moved
+
+
+def test_retry_excludes_tried_and_ends(three: ReplicaSet) -> None:
+    tried: list[Any] = []
+    for _ in range(3):
+        r = three.pick("s", tried)
+        assert r is not None and r not in tried
+        tried.append(r)
+    assert three.pick("s", tried) is None
+    assert not three.others_up(tried)
+
+
+# ---- two real replicas ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def replica_b(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalReplica]:
+    log = tmp_path_factory.mktemp("replica_b") / "vllm.log"
+    server = start_warm_vllm(looplift_model_dir, log)
+    local = LocalReplica(VLLMConfig(model_dir=looplift_model_dir, log_path=log), server)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+def gateway(vllm_server: Any, replica_b: LocalReplica, tmp_path: Path) -> Iterator[GatewayHandle]:
+    settings = GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "state")
+    gw = start_gateway_in_thread(settings, [vllm_server.url, replica_b], port=0)
+    try:
+        yield gw
+    finally:
+        gw.stop()
+        for url in (vllm_server.url, replica_b.url):  # leave the session vLLM as other tests expect it
+            for name in _served(url) - {"policy-v0"}:
+                httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
+
+
+@pytest.fixture
+def admin(gateway: GatewayHandle) -> Iterator[AdminClient]:
+    with AdminClient(gateway.url, ADMIN) as a:
+        yield a
+
+
+def _served(url: str) -> set[str]:
+    try:
+        return {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
+    except httpx.HTTPError:
+        return set()
+
+
+def _chat(c: httpx.Client, session: str | None = None, **extra: Any) -> httpx.Response:
+    headers = {"X-Looplift-Session": session} if session else {}
+    return c.post("/v1/chat/completions", json={"model": "policy", "messages": CHAT, "max_tokens": 4, **extra},
+                  headers=headers)
+
+
+def _wait(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for: {what}")
+        time.sleep(0.5)
+
+
+@pytest.mark.vllm
+def test_admin_replicas_lists_both(admin: AdminClient, vllm_server: Any, replica_b: LocalReplica) -> None:
+    view = {r.url: r for r in admin.replicas()}
+    assert set(view) == {vllm_server.url, replica_b.url}
+    assert view[replica_b.url].pid == replica_b.pid and view[vllm_server.url].pid is None
+    assert all(r.healthy and "policy-v0" in r.versions for r in view.values())
+
+
+@pytest.mark.vllm
+def test_version_loads_on_every_replica_then_the_alias_flips(
+    gateway: GatewayHandle, admin: AdminClient, vllm_server: Any, replica_b: LocalReplica,
+    looplift_new_adapter: Callable[[int], Path],
+) -> None:
+    v = admin.load(str(looplift_new_adapter(0))).name
+    assert all(v in _served(u) for u in (vllm_server.url, replica_b.url))
+    assert all(v in r.versions for r in admin.replicas())
+    admin.promote(v)
+    with httpx.Client(base_url=gateway.url, timeout=120) as c:
+        answers = [_chat(c) for _ in range(6)]
+    assert {r.status_code for r in answers} == {200}
+    assert {r.json()["model"] for r in answers} == {v}
+    # Without a session, sequential requests spread over both replicas.
+    assert {r.headers["x-looplift-replica"] for r in answers} == {vllm_server.url, replica_b.url}
+
+
+@pytest.mark.vllm
+def test_session_stays_on_its_replica(gateway: GatewayHandle) -> None:
+    with httpx.Client(base_url=gateway.url, timeout=120) as c:
+        for s in ("episode-1", "episode-2"):
+            replicas = {_chat(c, session=s).headers["x-looplift-replica"] for _ in range(4)}
+            assert len(replicas) == 1, (s, replicas)
+
+
+@pytest.mark.vllm
+def test_refusal_on_one_replica_unloads_everywhere_and_keeps_serving(
+    gateway: GatewayHandle, admin: AdminClient, vllm_server: Any, replica_b: LocalReplica,
+    looplift_new_adapter: Callable[[int], Path],
+) -> None:
+    serving = admin.versions().serving
+    # Behind the gateway's back, B already has an adapter under the name the next load uses: B refuses it.
+    httpx.post(f"{replica_b.url}/v1/load_lora_adapter", timeout=60,
+               json={"lora_name": "policy-v9", "lora_path": str(looplift_new_adapter(1))}).raise_for_status()
+    with pytest.raises(UpstreamError, match=f"replica {replica_b.url}.*nothing changed"):
+        admin.load(str(looplift_new_adapter(0)), name="policy-v9")
+    assert "policy-v9" not in _served(vllm_server.url)  # loaded on A, then unloaded again
+    assert "policy-v9" not in {v.name for v in admin.versions().versions}
+    assert admin.versions().serving == serving
+    with httpx.Client(base_url=gateway.url, timeout=120) as c:
+        assert _chat(c).status_code == 200
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_sigkill_one_of_two_replicas_under_load_fails_no_request(
+    gateway: GatewayHandle, admin: AdminClient, vllm_server: Any, replica_b: LocalReplica,
+    looplift_new_adapter: Callable[[int], Path],
+) -> None:
+    v = admin.load(str(looplift_new_adapter(0))).name
+    admin.promote(v)
+    old_pid = replica_b.pid
+    # A long stream pinned to B (by its session), not read until B is dead.
+    with httpx.Client(base_url=gateway.url, timeout=120) as c:
+        session = next(s for s in (f"pin-{i}" for i in range(40))
+                       if _chat(c, session=s).headers["x-looplift-replica"] == replica_b.url)
+    reader = slow_reader(gateway.url)
+    stream_cm = reader.stream("POST", "/v1/chat/completions", json=LONG_STREAM,
+                              headers={"X-Looplift-Session": session})
+    stream = stream_cm.__enter__()
+    assert stream.headers["x-looplift-replica"] == replica_b.url
+
+    results: list[dict[str, Any]] = []
+    killed_at: list[float] = []
+
+    async def worker(ac: httpx.AsyncClient, queue: asyncio.Queue[int]) -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            if len(results) >= KILL_REQUESTS // 5 and not killed_at:
+                os.killpg(replica_b.pid, signal.SIGKILL)  # the API server, engine core and worker at once
+                killed_at.append(time.monotonic())
+            rec: dict[str, Any] = {"i": i, "after_kill": bool(killed_at)}
+            try:
+                r = await ac.post("/v1/chat/completions",
+                                  json={"model": "policy", "messages": CHAT, "max_tokens": 8, "ignore_eos": True})
+                rec.update(status=r.status_code, replica=r.headers.get("x-looplift-replica"),
+                           model=r.json().get("model") if r.status_code == 200 else r.text[:300])
+            except Exception as e:  # a failed request is exactly what this test looks for
+                rec.update(status=None, error=repr(e))
+            results.append(rec)
+
+    async def main() -> float:
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(KILL_REQUESTS):
+            queue.put_nowait(i)
+        t0 = time.monotonic()
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=120,
+                                     limits=httpx.Limits(max_connections=KILL_CONCURRENCY)) as ac:
+            await asyncio.wait_for(asyncio.gather(*(worker(ac, queue) for _ in range(KILL_CONCURRENCY))), 600)
+        return time.monotonic() - t0
+
+    elapsed = asyncio.run(main())
+    metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    retried = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                  if line.startswith("looplift_gateway_retries_total"))
+    failed = [r for r in results if r["status"] != 200]
+    by_replica: dict[str, int] = {}
+    for r in results:
+        by_replica[str(r.get("replica"))] = by_replica.get(str(r.get("replica")), 0) + 1
+
+    # The stream on B ends with an SSE error event that names B, not with [DONE].
+    events = sse_events(list(sse_lines(stream)))
+    stream_cm.__exit__(None, None, None)
+    reader.close()
+
+    print(f"\nreplica kill: {len(results)} non-stream requests at c={KILL_CONCURRENCY}, B SIGKILLed after "
+          f"{KILL_REQUESTS // 5} answers; failed={len(failed)} retried={retried:.0f} in {elapsed:.1f} s; "
+          f"answered by {by_replica}")
+    assert len(results) == KILL_REQUESTS and killed_at
+    assert not failed, failed[:5]
+    assert {r["model"] for r in results} == {v}
+    assert retried >= 1  # B had requests in flight when it died: they were answered by A
+    assert not [r for r in results if r["after_kill"] and r["replica"] == replica_b.url]  # B was out at once
+    assert events and events[-1] != "[DONE]", events[-3:]
+    err = json.loads(events[-1])["error"]
+    assert replica_b.url in err["message"] and err["code"] == "upstream_error", err
+
+    # B is restarted by the gateway and rejoins only with the serving version loaded on it.
+    t_kill = killed_at[0]
+
+    def b_back() -> bool:
+        b = next(r for r in admin.replicas() if r.url == replica_b.url)
+        if b.healthy:
+            assert v in b.versions, b  # never healthy without the serving adapter
+        return b.healthy
+
+    _wait(b_back, "replica B restarted and healthy again", timeout=300)
+    print(f"replica B back {time.monotonic() - t_kill:.0f} s after the kill (restart + adapter load)")
+    b = next(r for r in admin.replicas() if r.url == replica_b.url)
+    assert b.restarts == 1 and b.pid != old_pid and v in _served(replica_b.url)
+    with httpx.Client(base_url=gateway.url, timeout=300) as c:
+        r = _chat(c, session=f"after-{time.time()}")  # whichever replica: both serve v now
+        assert r.status_code == 200 and r.json()["model"] == v
