@@ -79,11 +79,13 @@ CHAT = [{"role": "user", "content": "What is 2+3?"}]
 
 
 def serve_gateway(vllm_url: str, state_dir: str) -> None:
-    """Child process: run the gateway (production start-up path) until stdin closes."""
+    """Child process: run the gateway (production start-up path) until stdin closes. `vllm_url` may list several
+    vLLMs, comma-separated (a gateway over replicas, for bench/replicas.py)."""
     from server import GatewaySettings, start_gateway_in_thread
 
     settings = GatewaySettings(admin_token="bench-admin", state_dir=Path(state_dir))
-    with start_gateway_in_thread(settings, vllm_url, port=0) as gw:
+    urls = vllm_url.split(",")
+    with start_gateway_in_thread(settings, urls if len(urls) > 1 else urls[0], port=0) as gw:
         print(gw.port, flush=True)
         sys.stdin.read()  # the parent closes our stdin to stop us
 
@@ -446,17 +448,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         os.environ["LOOPLIFT_HOME"] = str(home)
         with console.status("building the tiny model"):
             model = write_untrained(home / "model", seed=0)
-        with console.status("starting vLLM"):
-            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log"))
+        with console.status("starting vLLM and paying its first generation (one-time warm-up)"):
+            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log", warm_up=True))
+        warmup_s = vllm.warmup_s
         children: dict[str, Child] = {}
         try:
-            with console.status("vLLM's first generation (one-time warm-up)"):
-                import httpx
-
-                t0 = time.monotonic()
-                httpx.post(f"{vllm.url}/v1/chat/completions", timeout=300, json={
-                    "model": "policy-v0", "messages": CHAT, "max_tokens": 4}).raise_for_status()
-                warmup_s = time.monotonic() - t0
             children["gateway"] = Child("--serve-gateway", vllm.url, str(home / "state"))
             children["relay"] = Child("--serve-relay", vllm.url)
             targets = [Target("direct", vllm.url, "policy-v0"), Target("relay", children["relay"].url, "policy-v0"),

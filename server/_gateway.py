@@ -85,7 +85,7 @@ class Gateway:
         reg = self.registry
         return [ReplicaInfo(url=self.upstream.base_url, pid=self._local.pid if self._local is not None else None,
                             healthy=ok, in_flight=sum(reg.in_flight().values()), detail=None if ok else detail,
-                            versions=sorted(v.name for v in reg.versions.values() if v.state == "loaded"))]
+                            versions=sorted(v.name for v in reg.versions.values() if v.state == "loaded") if reg.started else [])]
 
 
 def create_gateway(settings: GatewaySettings, upstreams: Union[Source, Sequence[Source]]) -> Gateway:

@@ -58,7 +58,8 @@ class LocalReplica:
     `stop()` (idempotent) stops it for good, a restart in progress included."""
 
     def __init__(self, config: VLLMConfig, server: VLLMServer) -> None:
-        self.config = replace(config, port=server.port)
+        # Same port (the gateway knows it by URL); warmed up, so the first requests after the rejoin are not slow.
+        self.config = replace(config, port=server.port, warm_up=True)
         self.server = server
         self._stopped = False
         self._lock = threading.Lock()

@@ -77,6 +77,9 @@ class VLLMConfig:
     start_timeout_s: float = D.VLLM_START_TIMEOUT_S
     #: Python interpreter that runs vLLM (the current one by default).
     python: str = sys.executable
+    #: Pay vLLM's slow first generation (~30 s of one-time warm-up on the CPU build) before returning, so the
+    #: first real request does not (tests, benchmarks, and a replica restarted behind a gateway).
+    warm_up: bool = False
 
 
 def free_port(host: str = D.HOST) -> int:
@@ -150,6 +153,8 @@ class VLLMServer:
         self.log_path = log_path
         #: Seconds from spawn to the first healthy answer.
         self.startup_s = startup_s
+        #: Seconds the warm-up generation took (0 without `warm_up`).
+        self.warmup_s = 0.0
         self._watchdog: Optional[threading.Thread] = None
         self._stopping = threading.Event()
         #: Set by the watchdog when the process exited without `stop()` being called.
@@ -244,12 +249,26 @@ def start_vllm(
                                      log_tail=_tail(log_path)) from None
         server = VLLMServer(process, command=argv, host=config.host, port=port, log_path=log_path, startup_s=0.0)
         _wait_healthy(server, config, t0, progress)
+        server.startup_s = time.monotonic() - t0
+        if config.warm_up:
+            _warm_up(server, config)
     except BaseException:
         if process is not None:
             process.stop(grace_s=D.VLLM_ABORT_GRACE_S)
         raise
-    server.startup_s = time.monotonic() - t0
     return server
+
+
+def _warm_up(server: VLLMServer, config: VLLMConfig) -> None:
+    t0 = time.monotonic()
+    try:
+        httpx.post(f"{server.url}/v1/chat/completions", timeout=config.start_timeout_s, json={
+            "model": config.served_model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        }).raise_for_status()
+    except httpx.HTTPError as e:
+        raise VLLMStartError(f"the warm-up generation failed: {e}", command=server.command, log_path=server.log_path,
+                             log_tail=_tail(server.log_path)) from None
+    server.warmup_s = time.monotonic() - t0
 
 
 def _wait_healthy(server: VLLMServer, config: VLLMConfig, t0: float,

@@ -4,7 +4,6 @@ client that reads slowly (so a long stream stays in flight as long as the test w
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,17 +20,7 @@ def start_warm_vllm(model_dir: Path, log_path: Path) -> Any:
     warm-up) already paid, so that no test's timing depends on running first. `.warmup_s` says how long."""
     from server import VLLMConfig, start_vllm
 
-    server = start_vllm(VLLMConfig(model_dir=model_dir, log_path=log_path))
-    try:
-        t0 = time.monotonic()
-        httpx.post(f"{server.url}/v1/chat/completions",
-                   json={"model": "policy-v0", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
-                   timeout=300).raise_for_status()
-    except BaseException:
-        server.stop()
-        raise
-    server.warmup_s = time.monotonic() - t0
-    return server
+    return start_vllm(VLLMConfig(model_dir=model_dir, log_path=log_path, warm_up=True))
 
 
 def sse_events(lines: list[str]) -> list[Any]:
