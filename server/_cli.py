@@ -1,6 +1,6 @@
 """`looplift server ...`: start vLLM + the gateway, and drive the admin API.
 
-Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
+Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `replicas`, `load`, `promote`, `rollback`.
 Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
 a table or `--json`, and on error print the message (no traceback) and exit 1.
 This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
@@ -130,6 +130,22 @@ def _loaded(v: VersionInfo) -> None:
 def versions(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
     """List versions and what the alias serves."""
     _emit(_run(lambda: AdminClient(url, token).versions()), as_json, _versions_table)
+
+
+@app.command()
+def replicas(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
+    """List the gateway's vLLM upstreams: healthy, in flight, versions loaded, restarts."""
+    rows = _run(lambda: AdminClient(url, token).replicas())
+    if as_json:
+        out.print_json(json.dumps([r.model_dump(mode="json") for r in rows]))
+        return
+    t = Table(title=f"{sum(r.healthy for r in rows)} of {len(rows)} replicas healthy")
+    for col in ("url", "pid", "healthy", "in flight", "restarts", "versions", "detail"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.url, str(r.pid or ""), "yes" if r.healthy else "[red]no[/red]", str(r.in_flight), str(r.restarts),
+                  ", ".join(r.versions), r.detail or "")
+    out.print(t)
 
 
 @app.command()

@@ -306,7 +306,10 @@ class ReplicaSet:
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(D.REPLICA_HEALTH_INTERVAL_S)
-            await asyncio.gather(*(self._check(r) for r in self.replicas))
+            for r, e in zip(self.replicas, await asyncio.gather(*(self._check(r) for r in self.replicas),
+                                                                 return_exceptions=True)):
+                if isinstance(e, Exception):  # a bug must not end the watching of every replica
+                    log.error("checking replica %s failed", r.url, exc_info=e)
 
     async def _check(self, r: Replica) -> None:
         if r.restarting:

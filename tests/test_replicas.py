@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines, start_warm_vllm
 from server import (
@@ -30,6 +31,7 @@ from server import (
     VLLMConfig,
     start_gateway_in_thread,
 )
+from server._cli import app as server_cli
 from server._replicas import ReplicaSet
 
 ADMIN = "test-admin-token"
@@ -130,11 +132,15 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.vllm
-def test_admin_replicas_lists_both(admin: AdminClient, vllm_server: Any, replica_b: LocalReplica) -> None:
+def test_admin_replicas_lists_both(gateway: GatewayHandle, admin: AdminClient, vllm_server: Any,
+                                   replica_b: LocalReplica) -> None:
     view = {r.url: r for r in admin.replicas()}
     assert set(view) == {vllm_server.url, replica_b.url}
     assert view[replica_b.url].pid == replica_b.pid and view[vllm_server.url].pid is None
     assert all(r.healthy and "policy-v0" in r.versions for r in view.values())
+    res = CliRunner().invoke(server_cli, ["replicas", "--url", gateway.url, "--token", ADMIN, "--json"])
+    assert res.exit_code == 0, res.output
+    assert {r["url"]: r["healthy"] for r in json.loads(res.output)} == {vllm_server.url: True, replica_b.url: True}
 
 
 @pytest.mark.vllm
@@ -273,3 +279,14 @@ def test_sigkill_one_of_two_replicas_under_load_fails_no_request(
     with httpx.Client(base_url=gateway.url, timeout=300) as c:
         r = _chat(c, session=f"after-{time.time()}")  # whichever replica: both serve v now
         assert r.status_code == 200 and r.json()["model"] == v
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--replicas", "0"], "--replicas 0 needs at least one --upstream URL"),
+    (["--upstream", "gpu-node:8000"], "must be a URL like http://"),
+])
+def test_up_refuses_bad_replica_flags_before_starting_anything(args: list[str], message: str) -> None:
+    from looplift._cli import app as looplift_cli
+
+    res = CliRunner().invoke(looplift_cli, ["up", *args, "--gateway-port", "0", "--collector-port", "0"])
+    assert res.exit_code == 2 and message in res.output, res.output
