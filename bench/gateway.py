@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -56,7 +57,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -415,6 +416,27 @@ def _short(frame: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def wide_console() -> Console:
+    """A rich console, 150 columns wide when not a terminal (logs keep whole table rows)."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = 150
+    return console
+
+
+@contextlib.contextmanager
+def tiny_model_home(console: Console, prefix: str) -> Iterator[tuple[Path, Path]]:
+    """(a throwaway LOOPLIFT_HOME, the tiny untrained model built in it), removed afterwards."""
+    from trainer import write_untrained
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp)
+        os.environ["LOOPLIFT_HOME"] = str(home)
+        with console.status("building the tiny model"):
+            model = write_untrained(home / "model", seed=0)
+        yield home, model
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=300, help="c=1: requests per target and mode")
@@ -436,18 +458,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     from server import VLLMConfig, start_vllm
-    from trainer import write_untrained
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = 150
+    console = wide_console()
     load_before = os.getloadavg()
     t_start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
-        home = Path(tmp)
-        os.environ["LOOPLIFT_HOME"] = str(home)
-        with console.status("building the tiny model"):
-            model = write_untrained(home / "model", seed=0)
+    with tiny_model_home(console, "bench-gateway-") as (home, model):
         with console.status("starting vLLM and paying its first generation (one-time warm-up)"):
             vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log", warm_up=True))
         warmup_s = vllm.warmup_s

@@ -33,7 +33,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,13 +42,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
-from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from sdk.infra import atomic_write_json  # noqa: E402
 
 sys.path.insert(1, str(ROOT / "bench"))
-from gateway import CHAT, Child, Target, one, pct, run_c1  # noqa: E402
+from gateway import CHAT, Child, Target, one, pct, run_c1, tiny_model_home, wide_console  # noqa: E402
 
 
 @dataclass
@@ -108,17 +106,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     from server import VLLMConfig, start_vllm
-    from trainer import write_untrained
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = 150
+    console = wide_console()
     load_before = os.getloadavg()
     t_start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
-        home = Path(tmp)
-        os.environ["LOOPLIFT_HOME"] = str(home)
-        model = write_untrained(home / "model", seed=0)
+    with tiny_model_home(console, "bench-replicas-") as (home, model):
         vllms: list[Any] = []
         children: dict[str, Child] = {}
         try:

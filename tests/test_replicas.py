@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines, start_warm_vllm
+from _wait import wait_until
 from server import (
     AdminClient,
     GatewayHandle,
@@ -123,14 +124,6 @@ def _chat(c: httpx.Client, session: str | None = None, **extra: Any) -> httpx.Re
                   headers=headers)
 
 
-def _wait(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for: {what}")
-        time.sleep(0.5)
-
-
 @pytest.mark.vllm
 def test_admin_replicas_lists_both(gateway: GatewayHandle, admin: AdminClient, vllm_server: Any,
                                    replica_b: LocalReplica) -> None:
@@ -189,8 +182,7 @@ def test_refusal_on_one_replica_unloads_everywhere_and_keeps_serving(
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_sigkill_one_of_two_replicas_under_load_fails_no_request(
-    gateway: GatewayHandle, admin: AdminClient, vllm_server: Any, replica_b: LocalReplica,
-    looplift_new_adapter: Callable[[int], Path],
+    gateway: GatewayHandle, admin: AdminClient, replica_b: LocalReplica, looplift_new_adapter: Callable[[int], Path],
 ) -> None:
     v = admin.load(str(looplift_new_adapter(0))).name
     admin.promote(v)
@@ -272,7 +264,7 @@ def test_sigkill_one_of_two_replicas_under_load_fails_no_request(
             assert v in b.versions, b  # never healthy without the serving adapter
         return b.healthy
 
-    _wait(b_back, "replica B restarted and healthy again", timeout=300)
+    wait_until(b_back, "replica B restarted and healthy again", timeout=300, every=0.5)
     print(f"replica B back {time.monotonic() - t_kill:.0f} s after the kill (restart + adapter load)")
     b = next(r for r in admin.replicas() if r.url == replica_b.url)
     assert b.restarts == 1 and b.pid != old_pid and v in _served(replica_b.url)

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines
+from _wait import wait_until
 from server import (
     AdapterInvalidError,
     AdminAuthError,
@@ -228,12 +229,12 @@ def test_load_promote_rollback(client: httpx.Client, admin: AdminClient, vllm_se
     v2 = admin.load(str(looplift_new_adapter(1)))
     admin.promote(v2.name)
     assert _chat(client).json()["model"] == "policy-v2"
-    _wait(lambda: "policy-v1" not in _vllm_models(vllm_server), "v1 unloaded after promote of v2")
+    wait_until(lambda: "policy-v1" not in _vllm_models(vllm_server), "v1 unloaded after promote of v2", timeout=30)
 
     back = admin.rollback()
     assert (back.serving, back.previous) == ("policy-v1", "policy-v2")
     assert _chat(client).json()["model"] == "policy-v1"  # re-loaded on rollback
-    _wait(lambda: "policy-v2" not in _vllm_models(vllm_server), "v2 unloaded after rollback")
+    wait_until(lambda: "policy-v2" not in _vllm_models(vllm_server), "v2 unloaded after rollback", timeout=30)
     assert admin.rollback().serving == "policy-v0"
     with pytest.raises(NothingToRollBackError):
         admin.rollback()
@@ -360,7 +361,7 @@ def test_stream_client_disconnect_releases_in_flight(gateway: GatewayHandle, adm
             assert admin.versions().versions[0].in_flight == 1
         # Leaving the block closes the connection mid-stream; the gateway cannot have finished
         # sending (we stopped reading), so the release below comes from the disconnect path.
-    _wait(lambda: admin.versions().versions[0].in_flight == 0, "in-flight released after disconnect", timeout=5.0)
+    wait_until(lambda: admin.versions().versions[0].in_flight == 0, "in-flight released after disconnect", timeout=5.0)
 
 
 # ---- hot swap under load -------------------------------------------------------------------------
@@ -442,7 +443,7 @@ def test_hot_swap_under_load_drops_nothing(
         if o["prev_in_flight"] > 0:
             assert o["prev_state"] == "loaded" and o["prev_in_vllm"], o
     # Eventually both drained versions are unloaded, each only after its last request ended.
-    _wait(lambda: _vllm_models(vllm_server) == {"policy-v0", names[2]}, "old adapters unloaded")
+    wait_until(lambda: _vllm_models(vllm_server) == {"policy-v0", names[2]}, "old adapters unloaded", timeout=30)
     unloads = {h.version: h.at.timestamp() for h in admin.versions().history if h.action == "unload"}
     assert set(unloads) == {names[0], names[1]}
     for name, at in unloads.items():
@@ -481,7 +482,7 @@ def test_drain_waits_for_long_stream_before_unload(
     assert rest[-1] == "[DONE]" and not any('"error"' in e for e in rest)
     assert {json.loads(e)["model"] for e in rest[:-1]} == {v1}  # the whole stream came from v1
     stream_done = time.time()
-    _wait(lambda: v1 not in _vllm_models(vllm_server), "v1 unloaded once its stream ended")
+    wait_until(lambda: v1 not in _vllm_models(vllm_server), "v1 unloaded once its stream ended", timeout=30)
     history = admin.versions().history
     assert history[-1].action == "unload" and history[-1].version == v1
     promoted_at = max(h.at.timestamp() for h in history if h.action == "promote" and h.version == v2)
@@ -517,15 +518,6 @@ def test_measure_gateway_overhead(client: httpx.Client, vllm_server: Any, admin:
           f"p50 direct {p50_d:.1f} ms, via gateway {p50_g:.1f} ms (overhead {p50_g - p50_d:.1f} ms); "
           f"load {load_ms:.1f} ms; promote round trip {promote_rtt_ms:.1f} ms, flip {swap.swap_ms:.3f} ms")
     assert p50_g - p50_d < 100, (p50_d, p50_g)
-
-
-def _wait(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for: {what}")
 
 
 def test_cli_admin_commands(gateway: GatewayHandle, looplift_new_adapter: Callable[[int], Path]) -> None:
