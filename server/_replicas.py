@@ -7,7 +7,7 @@ router. The single-upstream gateway does not use it at all (one `Upstream`, no p
   with `X-Looplift-Session` goes to the replica that session used last while that replica is healthy, so a
   multi-turn episode keeps hitting vLLM's prefix cache there. The session table is bounded (LRU).
 * Health: a replica is taken out at once when a request to it fails at the transport (connection refused or
-  broken off) and by the watcher, which asks every replica's `/health` each `HEALTH_INTERVAL_S`. A local
+  broken off) and by the watcher, which asks every replica's `/health` each `replica_health_interval_s`. A local
   replica (`LocalReplica`, a vLLM this process started) whose process exited is restarted in a worker
   thread. A replica (local or remote) that answers again rejoins only after `_sync`: leftover adapters are
   unloaded and every version the registry has loaded, the serving one included, is loaded on it.
@@ -305,7 +305,7 @@ class ReplicaSet:
 
     async def _watch(self) -> None:
         while True:
-            await asyncio.sleep(D.REPLICA_HEALTH_INTERVAL_S)
+            await asyncio.sleep(self.settings.replica_health_interval_s)
             for r, e in zip(self.replicas, await asyncio.gather(*(self._check(r) for r in self.replicas),
                                                                  return_exceptions=True)):
                 if isinstance(e, Exception):  # a bug must not end the watching of every replica

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from _adapters import write_adapter
 from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines, start_warm_vllm
 from _wait import wait_until
 from server import (
@@ -32,7 +33,9 @@ from server import (
     VLLMConfig,
     start_gateway_in_thread,
 )
+from sdk.infra import ServerThread, start_server_thread
 from server._cli import app as server_cli
+from test_server_proxy import FakeVLLM
 from server._replicas import ReplicaSet
 
 ADMIN = "test-admin-token"
@@ -78,6 +81,64 @@ def test_retry_excludes_tried_and_ends(three: ReplicaSet) -> None:
         tried.append(r)
     assert three.pick("s", tried) is None
     assert not three.others_up(tried)
+
+
+# ---- the routed proxy against two fake vLLMs (tests/test_server_proxy.py's), no lock needed --------------
+@pytest.fixture
+def fakes() -> Iterator[list[tuple[FakeVLLM, ServerThread]]]:
+    pairs = []
+    try:
+        for name in ("a", "b"):
+            f = FakeVLLM()
+            pairs.append((f, start_server_thread(f.app, "127.0.0.1", 0, name=f"fake-vllm-{name}", log_level="critical")))
+        yield pairs
+    finally:
+        for _, t in pairs:
+            t.stop()
+
+
+def _fake_gateway(fakes: list[tuple[FakeVLLM, ServerThread]], tmp_path: Path, interval: float) -> GatewayHandle:
+    settings = GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "state", replica_health_interval_s=interval)
+    gw = start_gateway_in_thread(settings, [t.url for _, t in fakes], port=0)
+    with AdminClient(gw.url, ADMIN) as a:
+        a.promote(a.load(str(write_adapter(tmp_path / "adapter"))).name)
+    return gw
+
+
+def test_request_to_a_dead_replica_is_retried_on_the_other(fakes: list[tuple[FakeVLLM, ServerThread]],
+                                                            tmp_path: Path) -> None:
+    (fa, ta), (fb, tb) = fakes
+    with _fake_gateway(fakes, tmp_path, interval=3600) as gw, httpx.Client(base_url=gw.url, timeout=30) as c:
+        assert all("policy-v1" in f.loaded for f in (fa, fb))  # loaded on both before the flip
+        tb.stop()  # connections to B are refused from now on; the watcher is asleep, only requests can tell
+        answers = [_chat(c) for _ in range(6)]
+        assert [r.status_code for r in answers] == [200] * 6
+        assert {r.headers["x-looplift-replica"] for r in answers} == {ta.url}
+        assert "looplift_gateway_retries_total" in (m := c.get("/metrics").text)
+        assert any(line.startswith("looplift_gateway_retries_total") and float(line.split()[-1]) >= 1
+                   for line in m.splitlines())
+        b = next(r for r in AdminClient(gw.url, ADMIN).replicas() if r.url == tb.url)
+        assert not b.healthy and "failed" in (b.detail or "")
+
+
+def test_stream_cut_by_its_replica_ends_with_an_error_event_then_it_rejoins_with_the_adapter(
+    fakes: list[tuple[FakeVLLM, ServerThread]], tmp_path: Path,
+) -> None:
+    (fa, _), (fb, tb) = fakes
+    with _fake_gateway(fakes, tmp_path, interval=0.1) as gw, httpx.Client(base_url=gw.url, timeout=30) as c:
+        session = next(s for s in (f"s{i}" for i in range(10))
+                       if _chat(c, session=s).headers["x-looplift-replica"] == tb.url)
+        fb.release_streams.set()
+        fb.loaded.clear()  # as if B had restarted empty: it must get the serving adapter back before it rejoins
+        body = {"model": "policy", "messages": CHAT, "stream": True, "cut": True}
+        r = c.post("/v1/chat/completions", json=body, headers={"X-Looplift-Session": session})
+        events = sse_events(r.text.split("\n"))
+        assert r.headers["x-looplift-replica"] == tb.url and events[-1] != "[DONE]"
+        err = json.loads(events[-1])["error"]
+        assert tb.url in err["message"] and err["code"] == "upstream_error", err
+        wait_until(lambda: next(x for x in AdminClient(gw.url, ADMIN).replicas() if x.url == tb.url).healthy,
+                   "B back in")
+        assert "policy-v1" in fb.loaded
 
 
 # ---- two real replicas ------------------------------------------------------------------------------
