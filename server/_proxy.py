@@ -229,7 +229,6 @@ class Proxy:
         return status
 
 
-
 class RoutedProxy(Proxy):
     """The proxy over several replicas (`_replicas.ReplicaSet`): each attempt goes to `replicas.pick`; a
     transport failure takes that replica out, and, when no byte went back yet (a non-streaming answer is
