@@ -6,7 +6,9 @@
 One run, on this machine:
 
 1. Two real vLLM CPU servers (A, B) for the tiny untrained model, started like `looplift up --replicas 2`
-   starts them (`server.start_vllm`, default settings, warm-up paid before anything is timed).
+   starts them (`server.start_vllm`, warm-up paid before anything is timed). `--placement split` (the default,
+   what `looplift up --replicas N` does: `server._vllm.replica_env`) gives each its own cores (here: one each,
+   so `gw1` is one replica on one core); `--placement shared` leaves both on every core (vLLM's default binding).
 2. Three targets, each gateway in its own child process (bench/gateway.py's `--serve-gateway`, the production
    start-up path): `direct` (vLLM A, no gateway), `gw1` (the gateway over A alone: the single-upstream path,
    no routing code) and `gw2` (the gateway over A and B: `ReplicaSet` routing, least outstanding).
@@ -18,9 +20,10 @@ One run, on this machine:
    gw2 - gw1 (the routing), gw1 - direct (the single-upstream gateway, as bench/gateway.py measures it), and
    each gateway's CPU per request from /proc (every thread's schedstat).
 
-What 2 cores allow: vLLM's CPU build runs its model on every core it is given (OpenMP), so a second replica on
-the same two cores competes with the first for them; 2 replicas cannot double throughput here, and the number
-below says what they do instead. On a machine with a GPU (or cores) per replica, the replicas add capacity.
+What 2 cores allow: vLLM's CPU build runs its model on the cores it is bound to with OpenMP threads that spin;
+two replicas bound to the same two cores fight over them, and one core per replica is the most a replica can
+get here. The numbers say what each placement gives; on a machine with a GPU (or cores) per replica, the
+replicas add capacity.
 Writes bench/results/replicas.json; the load average before and after is recorded (the machine is shared).
 """
 
@@ -102,10 +105,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--n", type=int, default=200, help="c=1 rounds (one request per target each)")
+    ap.add_argument("--placement", choices=("split", "shared"), default="split",
+                    help="split: each replica on its own cores (looplift up's default); shared: both on every core")
     ap.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "replicas.json")
     args = ap.parse_args(argv)
 
     from server import VLLMConfig, start_vllm
+    from server._vllm import replica_env
 
     console = wide_console()
     load_before = os.getloadavg()
@@ -114,10 +120,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         vllms: list[Any] = []
         children: dict[str, Child] = {}
         try:
-            for name in ("a", "b"):
-                with console.status(f"starting vLLM {name} (and its one-time warm-up)"):
+            for i, name in enumerate(("a", "b")):
+                env = replica_env(i, 2) if args.placement == "split" else {}
+                with console.status(f"starting vLLM {name} {env} (and its one-time warm-up)"):
                     vllms.append(start_vllm(VLLMConfig(model_dir=model, log_path=home / f"vllm-{name}.log",
-                                                       warm_up=True)))
+                                                       warm_up=True, env=env)))
             a, b = vllms
             children["gw1"] = Child("--serve-gateway", a.url, str(home / "state1"))
             children["gw2"] = Child("--serve-gateway", f"{a.url},{b.url}", str(home / "state2"))
@@ -164,8 +171,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         "gateway_added_p50_ms_c1": lat_by["gw1"].p50_ms - lat_by["direct"].p50_ms,
         "routing_cpu_ms_per_request": (lat_by["gw2"].cpu_ms_per_request or 0) - (lat_by["gw1"].cpu_ms_per_request or 0),
     }
-    t = Table(title=f"throughput, c={args.concurrency}, {args.requests} non-stream requests x {args.rounds} rounds "
-              f"per target, max_tokens {args.max_tokens} (median of rounds)")
+    t = Table(title=f"placement {args.placement}: throughput, c={args.concurrency}, {args.requests} non-stream requests "
+              f"x {args.rounds} rounds per target, max_tokens {args.max_tokens} (median of rounds)")
     for col in ("target", "req/s", "min", "max", "p50 ms", "p99 ms"):
         t.add_column(col, justify="left" if col == "target" else "right")
     for r in tp_rows:

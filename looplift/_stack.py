@@ -61,22 +61,19 @@ class Stack:
 
     def start(self) -> "Stack":
         """Start vLLM, then the gateway, then the collector; on any failure stop what was started and raise."""
-        from server import LocalReplica, VLLMConfig, start_gateway_in_thread, start_vllm
+        from server import VLLMConfig, start_gateway_in_thread, start_local_replicas
 
         cfg = self.config
         if not (Path(cfg.model_dir) / "config.json").is_file():  # say it now, not after vLLM's ~10 s of imports
             raise StackError(f"{cfg.model_dir} is not a Hugging Face model directory (no config.json); if it is "
                              "looplift's cached base model, delete that directory and run again to rebuild it")
         try:
-            # One after the other: on a small machine two vLLMs loading at once take as long, and a failure or a
-            # signal during a start then always finds every started one registered for stopping.
-            for i in range(cfg.replicas):
-                log = cfg.vllm_log if cfg.vllm_log is None or i == 0 else cfg.vllm_log.with_name(
-                    f"{cfg.vllm_log.stem}-{i + 1}{cfg.vllm_log.suffix}")
-                vcfg = VLLMConfig(model_dir=cfg.model_dir, port=0, log_path=log, extra_args=cfg.vllm_args)
-                replica = LocalReplica(vcfg, start_vllm(vcfg, progress=self._on_progress))
-                self._exit.callback(replica.stop)
-                self.local.append(replica)
+            if cfg.replicas:
+                self.local = start_local_replicas(VLLMConfig(model_dir=cfg.model_dir, port=0, log_path=cfg.vllm_log,
+                                                             extra_args=cfg.vllm_args), cfg.replicas,
+                                                  progress=self._on_progress)
+                for replica in self.local:
+                    self._exit.callback(replica.stop)
             self.vllm = self.local[0].server if self.local else None
             upstreams = [*self.local, *cfg.upstreams]
             if not upstreams:

@@ -8,7 +8,7 @@ Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `loo
 from ._admin import AdminClient
 from ._gateway import create_gateway
 from ._models import HistoryEvent, ReplicaInfo, SwapResult, VersionInfo, VersionsView
-from ._replicas import LocalReplica
+from ._replicas import LocalReplica, start_local_replicas
 from ._serve import GatewayHandle, start_gateway_in_thread
 from ._settings import GatewaySettings
 from ._validate import validate_adapter
@@ -54,6 +54,7 @@ __all__ = [
     "VersionsView",
     "create_gateway",
     "start_gateway_in_thread",
+    "start_local_replicas",
     "start_vllm",
     "validate_adapter",
 ]

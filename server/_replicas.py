@@ -38,7 +38,7 @@ from ._models import ReplicaInfo
 from ._registry import _same_path
 from ._settings import GatewaySettings
 from ._upstream import Upstream
-from ._vllm import VLLMConfig, VLLMServer, start_vllm
+from ._vllm import VLLMConfig, VLLMServer, replica_env, start_vllm
 from .errors import UpstreamError
 
 log = logging.getLogger("looplift.server.replicas")
@@ -101,6 +101,27 @@ class LocalReplica:
             self._stopped = True
             server = self.server
         server.stop()
+
+
+def start_local_replicas(config: VLLMConfig, count: int,
+                         progress: Optional[Callable[[float, str], None]] = None) -> list[LocalReplica]:
+    """Start `count` vLLMs from `config`, one after the other (on a small machine two loading at once take as
+    long, and an interruption then always finds every started one listed for stopping), each on its own share
+    of the machine (`replica_env`), replica i > 1 logging to `<log>-<i>`. On any failure or signal, those
+    started are stopped before the error propagates."""
+    started: list[LocalReplica] = []
+    try:
+        for i in range(count):
+            log = config.log_path
+            if log is not None and i > 0:
+                log = log.with_name(f"{log.stem}-{i + 1}{log.suffix}")
+            cfg = replace(config, log_path=log, env={**config.env, **replica_env(i, count)})
+            started.append(LocalReplica(cfg, start_vllm(cfg, progress=progress)))
+    except BaseException:
+        for r in started:
+            r.stop()
+        raise
+    return started
 
 
 Source = Union[str, LocalReplica]

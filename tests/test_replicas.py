@@ -85,6 +85,15 @@ def test_retry_excludes_tried_and_ends(three: ReplicaSet) -> None:
     assert not three.others_up(tried)
 
 
+def test_local_replicas_get_their_own_cores() -> None:
+    from server._vllm import replica_env
+
+    assert replica_env(0, 1) == {}  # one replica keeps vLLM's own binding (every core)
+    if len(os.sched_getaffinity(0)) >= 2 and not Path("/dev/nvidiactl").exists():
+        a, b = (set(replica_env(i, 2)["VLLM_CPU_OMP_THREADS_BIND"].split(",")) for i in (0, 1))
+        assert a and b and not a & b
+
+
 # ---- the routed proxy against two fake vLLMs (tests/test_server_proxy.py's), no lock needed --------------
 @pytest.fixture
 def fakes() -> Iterator[list[tuple[FakeVLLM, ServerThread]]]:
