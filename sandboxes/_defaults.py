@@ -8,6 +8,17 @@ from __future__ import annotations
 
 #: Image tag the Docker backend runs; `build_image` makes it offline when it is missing.
 IMAGE = "looplift-sandbox:py311"
+#: The 3D sandbox image (the base image plus Blender as the `bpy` module); `build_image(flavor="3d")` makes it.
+IMAGE_3D = "looplift-sandbox-3d:py311"
+#: Debian packages the `bpy` wheel's shared libraries need beyond a minbase system (X11 client libraries and
+#: libGL are linked at import time even though nothing is displayed or rendered).
+IMAGE_3D_PACKAGES = ("libx11-6", "libxrender1", "libxfixes3", "libxi6", "libxkbcommon0", "libxext6", "libxt6",
+                     "libsm6", "libice6", "libbsd0", "libgl1")
+#: Wheels installed into the 3D image's python3 (from the package index, at build time only; no deps are
+#: resolved: bpy imports numpy and nothing else of its declared requirements).
+IMAGE_3D_WHEELS = ("bpy==4.5.15", "numpy==1.26.4")
+#: Platform tags those wheels may have (the image's glibc is Debian bookworm's 2.36).
+IMAGE_3D_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 #: Memory a sandbox may use, in MiB (Docker: cgroup limit without swap; local: RLIMIT_AS).
 MEMORY_MB = 256
 #: Most processes/threads alive at once inside a Docker sandbox (cgroup pids limit).
@@ -47,5 +58,20 @@ DEBIAN_SUITE = "bookworm"
 
 #: Sandboxes a pool keeps started and ready.
 POOL_SIZE = 2
+#: Seconds an `acquire` that waits, while a sandbox start has failed, lets pass before it retries the start.
+START_RETRY_S = 1.0
+
+# ---- several engines (`_engines.py`) -----------------------------------------------------------
+#: Environment variable listing the Docker engines a pool spreads over: `URL[#CAPACITY]`, spaces or commas.
+ENGINES_ENV = "LOOPLIFT_SANDBOX_ENGINES"
+#: An engine without a stated capacity holds at most this many sandboxes per core it reports. Sandboxes
+#: mostly wait for the model (a warm exec is ~20 ms, an LLM turn ~1 s), so a core serves several.
+SANDBOXES_PER_CORE = 4
+#: ... and at most this share of its memory divided by the sandbox memory limit (the limit is a hard cap).
+MEMORY_SHARE = 0.8
+#: Seconds an engine whose start failed is left alone before it is tried again (doubling per failure) ...
+ENGINE_RETRY_S = 5.0
+#: ... up to this.
+ENGINE_RETRY_MAX_S = 60.0
 #: PATH given to processes in both backends.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
