@@ -27,7 +27,8 @@ def mcnemar_p(b: int, c: int) -> float:
     if n == 0:
         return 1.0
     # Exact integers, then one correctly rounded division (fine for any n a suite can have).
-    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n
+    tail: int = sum(math.comb(n, k) for k in range(b, n + 1))
+    return tail / (1 << n)
 
 
 def fisher_p(x1: int, n1: int, x2: int, n2: int) -> float:
@@ -39,5 +40,5 @@ def fisher_p(x1: int, n1: int, x2: int, n2: int) -> float:
         return 1.0
     k_total, n_total = x1 + x2, n1 + n2
     hi = min(k_total, n1)
-    tail = sum(math.comb(k_total, k) * math.comb(n_total - k_total, n1 - k) for k in range(x1, hi + 1))
+    tail: int = sum(math.comb(k_total, k) * math.comb(n_total - k_total, n1 - k) for k in range(x1, hi + 1))
     return tail / math.comb(n_total, n1)

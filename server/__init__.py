@@ -1,8 +1,8 @@
 """looplift `server`: an OpenAI-compatible gateway in front of vLLM.
 
-Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request and
-rolled back with one call, or tried on a share of the traffic first (canary); the package also starts and supervises vLLM, and exposes `/health` and
-Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `looplift server`).
+Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request, rolled
+back with one call, or tried on a share of the traffic first (canary); the package also starts and
+supervises vLLM, and exposes `/health` and Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `looplift server`).
 """
 
 from ._admin import AdminClient
