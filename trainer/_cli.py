@@ -1,5 +1,5 @@
 """`trainer` CLI (also `looplift trainer`): the retrain job (`run`), its history (`runs`), the scheduler
-(`schedule`), eval suites (`suite`), the tiny base model (`build-base`) and SFT by hand (`sft`).
+(`schedule`), the canary and its watch (`canary`), eval suites (`suite`), the tiny base model (`build-base`) and SFT by hand (`sft`).
 
 Settings come from flags, then `looplift.toml` (`--config`, ./looplift.toml, $LOOPLIFT_HOME/looplift.toml),
 then defaults; every failure is one line on stderr and a non-zero exit."""
@@ -13,6 +13,8 @@ from typing import NoReturn, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from ._canary_cli import canary_app
 
 app = typer.Typer(help="Post-train the served model: the retrain job, its history, the scheduler, eval suites, "
                        "the base-model builder, SFT.",
@@ -265,6 +267,7 @@ def schedule_cmd(
 suite_app = typer.Typer(help="Eval suites: build a prompt suite from held-out production data, check one.",
                         no_args_is_help=True)
 app.add_typer(suite_app, name="suite")
+app.add_typer(canary_app, name="canary")
 
 
 @suite_app.command("from-holdout")

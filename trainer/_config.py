@@ -33,6 +33,15 @@ are relative to the file's directory.
     drift_min_episodes = 30          # fewer live episodes: no drift decision
     poll = "30s"                     # how often triggers are checked
 
+    [canary]                         # `trainer canary watch`, `looplift up`: live canary decisions + rollback watch
+    alpha = 0.05                     # one-sided exact Fisher level (promote: better; drop: worse)
+    min_samples = 30                 # live episodes per side before any decision
+    max_samples = 400                # per side; still undecided: drop
+    watch = "1h"                     # after a promotion, roll back within this window when live success falls
+    watch_min_samples = 30           # ... over at least this many episodes
+    watch_tolerance = 0.10           # ... more than this below what the gate (else the canary) measured
+    poll = "15s"
+
     [sft]                            # trainer.SFTConfig fields: rank, alpha, dropout, lr, steps, batch_size, seed, max_len
 """
 
@@ -52,6 +61,7 @@ from . import _defaults as D
 from .errors import ConfigError
 
 if TYPE_CHECKING:
+    from ._canary import CanaryConfig
     from ._job import JobConfig
     from ._schedule import ScheduleConfig
 
@@ -64,6 +74,8 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
+    "canary": {"alpha": _NUM, "min_samples": (int,), "max_samples": (int,), "watch": (str, *_NUM),
+               "watch_min_samples": (int,), "watch_tolerance": _NUM, "poll": (str, *_NUM)},
     "sft": {},  # filled from trainer.SFTConfig's fields when a file has [sft] (importing sft imports torch)
 }
 _PATH_KEYS = {("trainer", "base_model"), ("trainer", "runs_dir")}
@@ -77,6 +89,7 @@ class LoopliftConfig:
     trainer: dict[str, Any] = field(default_factory=dict)
     gate: dict[str, Any] = field(default_factory=dict)
     schedule: dict[str, Any] = field(default_factory=dict)
+    canary: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
 
 
@@ -213,3 +226,16 @@ def schedule_config(cfg: LoopliftConfig, **flags: Any) -> "ScheduleConfig":
         drift_min_episodes=int(s.get("drift_min_episodes", D.DRIFT_MIN_EPISODES)),
         poll_s=parse_duration(s.get("poll", D.POLL_S), "poll"),
     )
+
+
+def canary_config(cfg: LoopliftConfig, **flags: Any) -> "CanaryConfig":
+    """The `CanaryConfig` from command-line `flags` (named like the `[canary]` keys), then the file."""
+    from ._canary import CanaryConfig, WatchConfig
+
+    c = {**cfg.canary, **{k: v for k, v in flags.items() if v is not None}}
+    watch = WatchConfig(window_s=parse_duration(c.get("watch", D.CANARY_WATCH_S), "watch"),
+                        min_samples=int(c.get("watch_min_samples", D.CANARY_WATCH_MIN_SAMPLES)),
+                        tolerance=float(c.get("watch_tolerance", D.CANARY_WATCH_TOLERANCE)))
+    return CanaryConfig(alpha=float(c.get("alpha", D.CANARY_ALPHA)), min_samples=int(c.get("min_samples", D.CANARY_MIN_SAMPLES)),
+                        max_samples=int(c.get("max_samples", D.CANARY_MAX_SAMPLES)), watch=watch,
+                        poll_s=parse_duration(c.get("poll", D.CANARY_POLL_S), "poll"))
