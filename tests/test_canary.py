@@ -244,3 +244,16 @@ def test_bad_canary_config_is_one_line() -> None:
 
     with pytest.raises(ConfigError, match="min_samples <= max_samples"):
         CanaryConfig(min_samples=50, max_samples=10)
+
+
+def test_canary_settings_come_from_looplift_toml_then_flags(tmp_path: Path) -> None:
+    from trainer import ConfigError, canary_config, load_config
+
+    path = tmp_path / "looplift.toml"
+    path.write_text('[canary]\nalpha = 0.01\nmin_samples = 50\nwatch = "2h"\nwatch_tolerance = 0.05\n')
+    cfg = canary_config(load_config(path), min_samples=60)
+    assert (cfg.alpha, cfg.min_samples, cfg.max_samples) == (0.01, 60, 400)
+    assert (cfg.watch.window_s, cfg.watch.tolerance, cfg.watch.min_samples) == (7200.0, 0.05, 30)
+    path.write_text("[canary]\nminimum = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \[canary\].minimum"):
+        load_config(path)
