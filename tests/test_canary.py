@@ -257,3 +257,20 @@ def test_canary_settings_come_from_looplift_toml_then_flags(tmp_path: Path) -> N
     path.write_text("[canary]\nminimum = 3\n")
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \[canary\].minimum"):
         load_config(path)
+
+
+def test_a_job_with_canary_set_starts_a_canary_instead_of_promoting(tmp_path: Path, db_url: str) -> None:
+    from _jobsteps import FakeGateway, add_trajectories, plus_one_suite, quick_step
+
+    from trainer import JobConfig, list_runs, run_job
+
+    add_trajectories(db_url, 12)
+    job = JobConfig(base_model_dir=tmp_path / "base", collector_db=db_url, app="shop", runs_dir=tmp_path / "runs",
+                    canary=0.2)
+    gw = FakeGateway({"policy-v0": set(range(10))})
+    gw.next_skill = set(range(40))
+    res = run_job(job, suite=plus_one_suite(40), train_step=quick_step, admin=gw.admin(), chat_client=gw.chat())
+    assert res.status == "canary" and gw.canaries == [("policy-v1", 0.2)]
+    assert gw.serving == "policy-v0" and gw.promoted == []  # the watch decides, not the job
+    assert "canary at 20%" in res.reason and res.candidate_success == 1.0
+    assert list_runs(tmp_path / "runs")[-1]["status"] == "canary"

@@ -92,6 +92,8 @@ _HOLDOUT = typer.Option(None, "--holdout", help="Export with this holdout fracti
                                                 "never train (default: what the suite file declares).")
 _ALPHA = typer.Option(None, "--alpha", help="Gate: one-sided exact McNemar significance level (0.05).")
 _SLICE_TOL = typer.Option(None, "--slice-tolerance", help="Gate: largest allowed drop of a slice's success rate (0.05).")
+_CANARY = typer.Option(None, "--canary", help="When the gate passes, send this share (0-1) of traffic to the candidate "
+                                               "instead of promoting; `trainer canary watch` decides.")
 _RUNS_DIR = typer.Option(None, "--runs-dir", help="Run history directory (default $LOOPLIFT_HOME/trainer/runs).")
 
 
@@ -131,6 +133,7 @@ def run_cmd(
     token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
+    canary: Optional[float] = _CANARY,
     trigger: str = typer.Option("manual", help="Recorded as the run's trigger (e.g. `cron` from a systemd timer)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -144,7 +147,7 @@ def run_cmd(
 
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
                       app=app_name, min_reward=min_reward, min_examples=min_examples, holdout=holdout, alpha=alpha,
-                      slice_tolerance=slice_tolerance, runs_dir=runs_dir)
+                      slice_tolerance=slice_tolerance, runs_dir=runs_dir, canary=canary)
     stop = StopToken()
     try:
         with sigterm_stops(stop):
