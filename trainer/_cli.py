@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -260,11 +260,34 @@ def schedule_cmd(
                           status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     console.print(f"scheduler: cron={sched.cron} new-data={sched.new_data} drift={sched.drift}; polling every "
                   f"{sched.poll_s:g} s", highlight=False)
+    watch = _canary_watch(job, config)  # decides the canaries a job with --canary starts, watches promotions
     try:
         with sigterm_stops(scheduler.token):
             scheduler.run(max_runs=max_runs)
     except JobInterrupted as e:
         _fail(f"stopped by {e}; a running job was recorded as interrupted, the serving version is untouched", 143)
+    finally:
+        watch.stop()
+
+
+def _canary_watch(job: object, config: Optional[Path]) -> Any:
+    """The canary watch (`[canary]` settings) in a thread beside the scheduler."""
+    from server import AdminClient
+
+    from ._canary import CanaryWatch
+    from ._config import canary_config, load_config
+    from .errors import TrainerError
+
+    try:
+        settings = canary_config(load_config(config))
+    except TrainerError as e:
+        _fail(str(e), 2)
+    j: Any = job
+    watch = CanaryWatch(j.collector_db, lambda: AdminClient(j.gateway_url, j.admin_token), app=j.app,
+                        runs_dir=j.runs_dir, config=settings,
+                        status=lambda m: console.print(f"[dim]canary: {escape(m)}[/dim]", highlight=False))
+    watch.start_thread()
+    return watch
 
 
 suite_app = typer.Typer(help="Eval suites: build a prompt suite from held-out production data, check one.",
