@@ -274,3 +274,39 @@ def test_a_job_with_canary_set_starts_a_canary_instead_of_promoting(tmp_path: Pa
     assert gw.serving == "policy-v0" and gw.promoted == []  # the watch decides, not the job
     assert "canary at 20%" in res.reason and res.candidate_success == 1.0
     assert list_runs(tmp_path / "runs")[-1]["status"] == "canary"
+
+
+async def test_the_sdk_sends_one_session_per_episode() -> None:
+    """The gateway's canary keeps an episode on one version only if every turn carries the same session."""
+    import json
+
+    import httpx
+    import openai
+
+    import sdk
+    from sdk import StepResult, Task
+
+    sessions: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        sessions.append((body["messages"][0]["content"], request.headers["x-looplift-session"]))
+        done = sum(m["role"] == "assistant" for m in body["messages"]) >= 1
+        return httpx.Response(200, json={
+            "id": "x", "object": "chat.completion", "created": 0, "model": "policy-v2",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                                                                          "content": "done" if done else "more"}}]})
+
+    class TwoTurns:
+        def reset(self, task: Task) -> str:
+            return task.prompt
+
+        def step(self, action: str) -> StepResult:
+            return StepResult(observation="ok", reward=1.0, done=action == "done")
+
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k",
+                                http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    trajs = await sdk.arun([Task(id="a", prompt="pa"), Task(id="b", prompt="pb")], TwoTurns, client=client)
+    by_prompt = {p: {s for q, s in sessions if q == p} for p in ("pa", "pb")}
+    assert len(sessions) == 4 and {len(v) for v in by_prompt.values()} == {1}
+    assert by_prompt["pa"] == {trajs[0].id} and by_prompt["pb"] == {trajs[1].id}
