@@ -219,12 +219,12 @@ class Registry:
         """Resolve `model` (the alias or a loaded version name) and count a request on it; None if unknown.
         While a canary runs, an alias request may go to the candidate (`session`: the X-Looplift-Session
         header, which keeps an episode on one version)."""
-        if model == self.alias:
-            c = self.canary
-            name = c.version if c is not None and c.takes(session) else self.stack[-1]
-        else:
-            name = model
-        v = self.versions.get(name)
+        v = self.versions.get(self.stack[-1] if model == self.alias else model)
+        c = self.canary
+        if c is not None and model == self.alias and c.takes(session):
+            candidate = self.versions.get(c.version)
+            if candidate is not None and candidate.state == "loaded":  # else the serving version answers
+                v = candidate
         if v is None or v.state != "loaded":
             return None
         v.in_flight += 1
