@@ -21,6 +21,8 @@ are relative to the file's directory.
     eval_seed = 0                    # default: the suite's sampling seed, else 0
     eval_concurrency = 16
     canary = 0.1                     # gate passed: canary at this share of traffic instead of promoting
+    nproc = 1                        # train on N processes (devices) under torchrun
+    strategy = "ddp"                 # with nproc > 1: ddp | fsdp
 
     [gate]
     alpha = 0.05                     # one-sided exact McNemar significance level
@@ -71,7 +73,8 @@ _NUM = (int, float)
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
                 "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_examples": (int,), "holdout": _NUM,
-                "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM},
+                "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM, "nproc": (int,),
+                "strategy": (str,)},
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
@@ -177,6 +180,7 @@ def pick(flag: Any, config: dict[str, Any], key: str, default: Any = None) -> An
 def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flags: Any) -> "JobConfig":
     """The `JobConfig` from command-line `flags` (named like the `[trainer]` keys; None = not given), the
     file's `[trainer]`, `[gate]` and `[sft]` sections, and the defaults — in that order."""
+    from ._dist import DistConfig
     from ._gate import GateConfig
     from ._job import JobConfig
     from ._suites import is_suite_file
@@ -206,6 +210,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         canary = None if t.get("canary") is None else float(t["canary"])
         if canary is not None and not 0.0 < canary < 1.0:
             raise ValueError(f"canary must be a share of traffic strictly between 0 and 1, got {canary}")
+        dist = DistConfig(nproc=int(t.get("nproc", D.NPROC)), strategy=t.get("strategy", D.STRATEGY))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
     return JobConfig(
@@ -215,7 +220,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         app=t.get("app"), eval=spec, algo=t.get("algo", D.ALGO), min_reward=float(t.get("min_reward", D.MIN_REWARD)),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
-        sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary,
+        sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary, dist=dist,
     )
 
 

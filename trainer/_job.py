@@ -40,6 +40,7 @@ from . import _defaults as D
 from ._eval import EvalResult, evaluate
 from ._gate import GateConfig, gate
 from ._interrupt import StopToken
+from ._dist import DistConfig
 from ._lock import JobLock
 from ._runs import default_runs_dir, last_decided, publish_run
 from sdk import EvalSuite
@@ -84,6 +85,8 @@ class JobConfig:
     canary: Optional[float] = None
     """When the gate passes, send this share (0-1) of the alias's traffic to the candidate instead of promoting
     it (status "canary"); the canary watch decides from live outcomes."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Processes the train stage runs on (torchrun when > 1) and how the model is spread over them."""
 
 
 @dataclass(frozen=True)
