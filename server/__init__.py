@@ -1,13 +1,15 @@
 """looplift `server`: an OpenAI-compatible gateway in front of vLLM.
 
 Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request, rolled
-back with one call, or tried on a share of the traffic first (canary); the package also starts and
-supervises vLLM, and exposes `/health` and Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `looplift server`).
+back with one call, or tried on a share of the traffic first (canary), over one vLLM or several replicas;
+the package also starts and supervises vLLM, and exposes `/health` and Prometheus `/metrics`. The CLI
+group lives in `server._cli.app` (mounted as `looplift server`).
 """
 
 from ._admin import AdminClient
 from ._gateway import create_gateway
-from ._models import CanaryInfo, CanaryView, HistoryEvent, SwapResult, VersionInfo, VersionsView
+from ._models import CanaryInfo, CanaryView, HistoryEvent, ReplicaInfo, SwapResult, VersionInfo, VersionsView
+from ._replicas import LocalReplica, start_local_replicas
 from ._serve import GatewayHandle, start_gateway_in_thread
 from ._settings import GatewaySettings
 from ._validate import validate_adapter
@@ -41,7 +43,9 @@ __all__ = [
     "GatewayStartError",
     "HistoryEvent",
     "InvalidNameError",
+    "LocalReplica",
     "NothingToRollBackError",
+    "ReplicaInfo",
     "ServerError",
     "SwapResult",
     "UpstreamError",
@@ -55,6 +59,7 @@ __all__ = [
     "VersionsView",
     "create_gateway",
     "start_gateway_in_thread",
+    "start_local_replicas",
     "start_vllm",
     "validate_adapter",
 ]

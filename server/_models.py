@@ -129,3 +129,21 @@ class CanaryView(BaseModel):
     canary: Optional[CanaryInfo] = None
     #: `canary` history events (starts, decisions with their figures, ends), oldest first.
     decisions: list[HistoryEvent] = Field(default_factory=list)
+
+
+class ReplicaInfo(BaseModel):
+    """One vLLM upstream as `GET /admin/replicas` reports it."""
+
+    url: str
+    #: The vLLM API server's pid when this gateway started it (None for `--upstream` servers).
+    pid: Optional[int] = None
+    #: Whether it receives requests now (it serves every loaded version).
+    healthy: bool
+    #: Requests it is answering now.
+    in_flight: int = 0
+    #: What it serves: the base model and the adapters loaded on it.
+    versions: list[str] = Field(default_factory=list)
+    #: Why it is out of routing (None while healthy).
+    detail: Optional[str] = None
+    #: Times this gateway restarted it.
+    restarts: int = 0
