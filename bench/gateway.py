@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -56,7 +57,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,11 +80,13 @@ CHAT = [{"role": "user", "content": "What is 2+3?"}]
 
 
 def serve_gateway(vllm_url: str, state_dir: str) -> None:
-    """Child process: run the gateway (production start-up path) until stdin closes."""
+    """Child process: run the gateway (production start-up path) until stdin closes. `vllm_url` may list several
+    vLLMs, comma-separated (a gateway over replicas, for bench/replicas.py)."""
     from server import GatewaySettings, start_gateway_in_thread
 
     settings = GatewaySettings(admin_token="bench-admin", state_dir=Path(state_dir))
-    with start_gateway_in_thread(settings, vllm_url, port=0) as gw:
+    urls = vllm_url.split(",")
+    with start_gateway_in_thread(settings, urls if len(urls) > 1 else urls[0], port=0) as gw:
         print(gw.port, flush=True)
         sys.stdin.read()  # the parent closes our stdin to stop us
 
@@ -413,6 +416,27 @@ def _short(frame: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def wide_console() -> Console:
+    """A rich console, 150 columns wide when not a terminal (logs keep whole table rows)."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = 150
+    return console
+
+
+@contextlib.contextmanager
+def tiny_model_home(console: Console, prefix: str) -> Iterator[tuple[Path, Path]]:
+    """(a throwaway LOOPLIFT_HOME, the tiny untrained model built in it), removed afterwards."""
+    from trainer import write_untrained
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp)
+        os.environ["LOOPLIFT_HOME"] = str(home)
+        with console.status("building the tiny model"):
+            model = write_untrained(home / "model", seed=0)
+        yield home, model
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=300, help="c=1: requests per target and mode")
@@ -434,29 +458,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     from server import VLLMConfig, start_vllm
-    from trainer import write_untrained
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = 150
+    console = wide_console()
     load_before = os.getloadavg()
     t_start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
-        home = Path(tmp)
-        os.environ["LOOPLIFT_HOME"] = str(home)
-        with console.status("building the tiny model"):
-            model = write_untrained(home / "model", seed=0)
-        with console.status("starting vLLM"):
-            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log"))
+    with tiny_model_home(console, "bench-gateway-") as (home, model):
+        with console.status("starting vLLM and paying its first generation (one-time warm-up)"):
+            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log", warm_up=True))
+        warmup_s = vllm.warmup_s
         children: dict[str, Child] = {}
         try:
-            with console.status("vLLM's first generation (one-time warm-up)"):
-                import httpx
-
-                t0 = time.monotonic()
-                httpx.post(f"{vllm.url}/v1/chat/completions", timeout=300, json={
-                    "model": "policy-v0", "messages": CHAT, "max_tokens": 4}).raise_for_status()
-                warmup_s = time.monotonic() - t0
             children["gateway"] = Child("--serve-gateway", vllm.url, str(home / "state"))
             children["relay"] = Child("--serve-relay", vllm.url)
             targets = [Target("direct", vllm.url, "policy-v0"), Target("relay", children["relay"].url, "policy-v0"),

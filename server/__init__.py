@@ -1,13 +1,15 @@
 """looplift `server`: an OpenAI-compatible gateway in front of vLLM.
 
-Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request and
-rolled back with one call; the package also starts and supervises vLLM, and exposes `/health` and
-Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `looplift server`).
+Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request, rolled
+back with one call, or tried on a share of the traffic first (canary), over one vLLM or several replicas;
+the package also starts and supervises vLLM, and exposes `/health` and Prometheus `/metrics`. The CLI
+group lives in `server._cli.app` (mounted as `looplift server`).
 """
 
 from ._admin import AdminClient
 from ._gateway import create_gateway
-from ._models import HistoryEvent, SwapResult, VersionInfo, VersionsView
+from ._models import CanaryInfo, CanaryView, HistoryEvent, ReplicaInfo, SwapResult, VersionInfo, VersionsView
+from ._replicas import LocalReplica, start_local_replicas
 from ._serve import GatewayHandle, start_gateway_in_thread
 from ._settings import GatewaySettings
 from ._validate import validate_adapter
@@ -16,6 +18,7 @@ from .errors import (
     AdapterInvalidError,
     AdminAuthError,
     AdminTokenMissingError,
+    CanaryError,
     GatewayStartError,
     InvalidNameError,
     NothingToRollBackError,
@@ -32,12 +35,17 @@ __all__ = [
     "AdminAuthError",
     "AdminClient",
     "AdminTokenMissingError",
+    "CanaryError",
+    "CanaryInfo",
+    "CanaryView",
     "GatewayHandle",
     "GatewaySettings",
     "GatewayStartError",
     "HistoryEvent",
     "InvalidNameError",
+    "LocalReplica",
     "NothingToRollBackError",
+    "ReplicaInfo",
     "ServerError",
     "SwapResult",
     "UpstreamError",
@@ -51,6 +59,7 @@ __all__ = [
     "VersionsView",
     "create_gateway",
     "start_gateway_in_thread",
+    "start_local_replicas",
     "start_vllm",
     "validate_adapter",
 ]

@@ -5,7 +5,8 @@ dependency solving or middleware stack; the profile in bench/gateway.py showed t
 metric label lookups as most of the gateway's cost). One request is:
 
 1. read the body; check the API key (when keys are configured) and the body (`_body.parse_body`);
-2. `registry.acquire(model)`: resolve the alias to a version and hold a lease on it;
+2. `registry.acquire(model)`: resolve the alias to a version (the canary candidate for its share of alias
+   requests while a canary runs) and hold a lease on it;
 3. forward the client's bytes, with only `model` rewritten, to vLLM (`_upstream.Upstream`);
 4. relay the answer: a JSON answer whole, an SSE stream chunk by chunk as vLLM produces it (byte for byte);
    both carry `x-looplift-version`, and the `model` field vLLM writes names the version that answered;
@@ -37,6 +38,7 @@ from . import _defaults as D
 from ._body import BadRequest, RequestBody, parse_body
 from ._metrics import GatewayMetrics
 from ._registry import Lease, Registry
+from ._replicas import Replica, ReplicaSet
 from ._settings import GatewaySettings
 from ._upstream import Upstream, UpstreamHTTPError
 from .errors import ServerError
@@ -50,6 +52,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 #: The proxied endpoints and the field each one requires.
 ENDPOINTS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt"}
 _VERSION_HEADER = b"x-looplift-version"
+_REPLICA_HEADER = b"x-looplift-replica"
+_SESSION_HEADER = b"x-looplift-session"
 
 
 def error_payload(status: int, message: str, *, type_: Optional[str] = None, param: Optional[str] = None,
@@ -131,51 +135,59 @@ class Proxy:
             self.metrics.upstream_error(endpoint)
             return await send_json(send, 503, error_payload(
                 503, f"The gateway cannot reach vLLM yet: {e.message}", code="upstream_unavailable"))
-        lease = registry.acquire(body.model)
+        # While a canary runs, the session header keeps an episode on one version (`_canary`).
+        lease = registry.acquire(body.model, _header(scope, _SESSION_HEADER) if registry.canary else None)
         if lease is None:
             self.metrics.request_done("unknown", "", endpoint, "404")
             return await send_json(send, 404, error_payload(
                 404, f"The model '{body.model}' does not exist or is not loaded. Available: "
                 f"{', '.join(registry.model_ids())}.", param="model", code="model_not_found"))
-        await self._exchange(endpoint, body, lease, t0, receive, send)
+        await self._exchange(endpoint, body, lease, t0, scope, receive, send)
 
-    async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float,
+    async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, scope: Scope,
                         receive: Receive, send: Send) -> None:
         """Forward to vLLM and relay the answer; the lease is released and the request counted on every exit."""
         version = lease.version
         headers = ((_VERSION_HEADER, version.encode()),)
-        status = "client_closed"  # what a cancellation (client gone, shutdown) leaves behind
+        status: Optional[str] = "client_closed"  # what a cancellation (client gone, shutdown) leaves behind
         try:
-            status = await self._forward(endpoint, body.with_model(version), headers, receive, send)
+            status = await self._forward(self.upstream, endpoint, body.with_model(version), headers, receive, send)
         finally:
             lease.release()
             model_label = body.model if body.model == self.registry.alias else version
-            self.metrics.request_done(model_label, version, endpoint, status, time.perf_counter() - t0)
+            self.metrics.request_done(model_label, version, endpoint, str(status), time.perf_counter() - t0)
 
-    async def _forward(self, endpoint: str, payload: bytes, headers: tuple[tuple[bytes, bytes], ...],
-                       receive: Receive, send: Send) -> str:
-        """Send `payload` to vLLM and relay its answer; returns the status label for the metrics."""
+    async def _forward(self, upstream: Upstream, endpoint: str, payload: bytes,
+                       headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send,
+                       may_retry: bool = False) -> Optional[str]:
+        """Send `payload` to vLLM and relay its answer; returns the status label for the metrics. With
+        `may_retry`, a transport failure before any byte went to the client returns None and sends nothing
+        (the caller tries another replica); timeouts are never retried (the request may still be running)."""
         try:
-            r = await self.upstream.post(endpoint, payload)
+            r = await upstream.post(endpoint, payload)
         except TimeoutError as e:
             self.metrics.upstream_error(endpoint)
-            await send_json(send, 504, error_payload(504, f"vLLM did not answer in time ({self.upstream.describe(e)}).",
+            await send_json(send, 504, error_payload(504, f"vLLM did not answer in time ({upstream.describe(e)}).",
                                                      code="upstream_timeout"), headers)
             return "504"
         except UpstreamHTTPError as e:
             self.metrics.upstream_error(endpoint)
-            await send_json(send, 502, error_payload(502, f"vLLM is not reachable ({self.upstream.describe(e)}).",
+            if may_retry:
+                return None
+            await send_json(send, 502, error_payload(502, f"vLLM is not reachable ({upstream.describe(e)}).",
                                                      code="upstream_unavailable"), headers)
             return "502"
         async with r:  # on exit the connection goes back to the pool, or is closed if the answer was cut short
             content_type = r.headers.get("Content-Type", "application/json")
             if r.status == 200 and content_type.startswith("text/event-stream"):
-                return await self._relay_stream(endpoint, r, content_type.encode(), headers, receive, send)
+                return await self._relay_stream(upstream, endpoint, r, content_type.encode(), headers, receive, send)
             try:
                 content = await r.read()
             except UpstreamHTTPError as e:
                 self.metrics.upstream_error(endpoint)
-                await send_json(send, 502, error_payload(502, f"vLLM broke off its answer ({self.upstream.describe(e)}).",
+                if may_retry and not isinstance(e, TimeoutError):
+                    return None
+                await send_json(send, 502, error_payload(502, f"vLLM broke off its answer ({upstream.describe(e)}).",
                                                          code="upstream_error"), headers)
                 return "502"
             if r.status >= 500:
@@ -183,7 +195,7 @@ class Proxy:
             await _answer(send, r.status, content, content_type.encode(), headers)
             return str(r.status)
 
-    async def _relay_stream(self, endpoint: str, r: aiohttp.ClientResponse, content_type: bytes,
+    async def _relay_stream(self, upstream: Upstream, endpoint: str, r: aiohttp.ClientResponse, content_type: bytes,
                             headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send) -> str:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", content_type), *headers]})
@@ -207,7 +219,8 @@ class Proxy:
             if not gone:
                 status = "stream_error"
                 self.metrics.upstream_error(endpoint)
-                err = error_payload(502, f"vLLM broke off the stream ({self.upstream.describe(e)})", code="upstream_error")
+                err = error_payload(502, f"vLLM at {upstream.base_url} broke off the stream ({upstream.describe(e)})",
+                                    code="upstream_error")
                 await send({"type": "http.response.body", "body": f"data: {json.dumps(err)}\n\n".encode(),
                             "more_body": True})
         finally:
@@ -216,6 +229,52 @@ class Proxy:
             return "client_closed"
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return status
+
+
+class RoutedProxy(Proxy):
+    """The proxy over several replicas (`_replicas.ReplicaSet`): each attempt goes to `replicas.pick`; a
+    transport failure takes that replica out, and, when no byte went back yet (a non-streaming answer is
+    read whole first; a stream that had not started), the request is sent to the next healthy replica.
+    Answers carry `x-looplift-replica` (which replica answered)."""
+
+    def __init__(self, settings: GatewaySettings, registry: Registry, replicas: ReplicaSet,
+                 metrics: GatewayMetrics) -> None:
+        super().__init__(settings, registry, replicas.replicas[0].upstream, metrics)
+        self.replicas = replicas
+
+    async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, scope: Scope,
+                        receive: Receive, send: Send) -> None:
+        version = lease.version
+        payload = body.with_model(version)
+        session = _header(scope, _SESSION_HEADER)
+        tried: list[Replica] = []
+        status: Optional[str] = "client_closed"
+        try:
+            while True:
+                r = self.replicas.pick(session, tried)
+                if r is None:
+                    status = "503"
+                    await send_json(send, 503, error_payload(
+                        503, f"No healthy vLLM replica ({len(self.replicas.replicas)} configured, {len(tried)} tried; "
+                        "see GET /admin/replicas).", code="upstream_unavailable"), ((_VERSION_HEADER, version.encode()),))
+                    break
+                tried.append(r)
+                headers = ((_VERSION_HEADER, version.encode()), (_REPLICA_HEADER, r.url.encode()))
+                r.in_flight += 1
+                try:
+                    status = await self._forward(r.upstream, endpoint, payload, headers, receive, send,
+                                                 may_retry=self.replicas.others_up(tried))
+                finally:
+                    r.in_flight -= 1
+                if status in (None, "502", "stream_error"):
+                    self.replicas.mark_down(r, f"a request to it failed ({status or 'retried elsewhere'})")
+                if status is not None:
+                    break
+                self.metrics.retried(endpoint)
+        finally:
+            lease.release()
+            model_label = body.model if body.model == self.registry.alias else version
+            self.metrics.request_done(model_label, version, endpoint, str(status), time.perf_counter() - t0)
 
 
 async def _until_disconnect(receive: Receive) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 from sdk.infra import ServerThread, ServerThreadError, start_server_thread
 
 from . import _defaults as D
+from typing import Sequence, Union
+
 from ._gateway import Gateway, create_gateway
+from ._replicas import Source
 from ._settings import GatewaySettings
 from .errors import GatewayStartError
 
@@ -29,14 +32,15 @@ class GatewayHandle(ServerThread):
 
 def start_gateway_in_thread(
     settings: GatewaySettings,
-    vllm_url: str,
+    vllm_url: Union[Source, Sequence[Source]],
     host: str = D.HOST,
     port: int = D.GATEWAY_PORT,
     *,
     start_timeout_s: float = 30.0,
     log_level: str = "warning",
 ) -> GatewayHandle:
-    """Start the gateway for the vLLM at `vllm_url` on `host:port` (0 = a free port) and wait until it serves."""
+    """Start the gateway for the vLLM at `vllm_url` (or several: URLs and `LocalReplica`s) on `host:port`
+    (0 = a free port) and wait until it serves."""
     app = create_gateway(settings, vllm_url)
     try:
         thread = start_server_thread(app, host, port, name="gateway", start_timeout_s=start_timeout_s,

@@ -20,6 +20,7 @@ are relative to the file's directory.
     runs_dir = "runs"                # default $LOOPLIFT_HOME/trainer/runs
     eval_seed = 0                    # default: the suite's sampling seed, else 0
     eval_concurrency = 16
+    canary = 0.1                     # gate passed: canary at this share of traffic instead of promoting
     nproc = 1                        # train on N processes (devices) under torchrun
     strategy = "ddp"                 # with nproc > 1: ddp | fsdp
 
@@ -34,6 +35,15 @@ are relative to the file's directory.
     drift_window = "24h"             # over this window (s, m, h, d)
     drift_min_episodes = 30          # fewer live episodes: no drift decision
     poll = "30s"                     # how often triggers are checked
+
+    [canary]                         # `trainer canary watch`, `looplift up`: live canary decisions + rollback watch
+    alpha = 0.05                     # one-sided exact Fisher level (promote: better; drop: worse)
+    min_samples = 30                 # live episodes per side before any decision
+    max_samples = 400                # per side; still undecided: drop
+    watch = "1h"                     # after a promotion, roll back within this window when live success falls
+    watch_min_samples = 30           # ... over at least this many episodes
+    watch_tolerance = 0.10           # ... more than this below what the gate (else the canary) measured
+    poll = "15s"
 
     [sft]                            # trainer.SFTConfig fields: rank, alpha, dropout, lr, steps, batch_size, seed, max_len
     [dpo]                            # trainer.DPOConfig fields (`--algo dpo`): rank, alpha, lr, steps, beta, nll_weight, ...
@@ -57,6 +67,7 @@ from . import _defaults as D
 from .errors import ConfigError
 
 if TYPE_CHECKING:
+    from ._canary import CanaryConfig
     from ._job import JobConfig
     from ._schedule import ScheduleConfig
 
@@ -65,11 +76,13 @@ _NUM = (int, float)
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
                 "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_examples": (int,), "holdout": _NUM,
-                "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "nproc": (int,),
+                "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM, "nproc": (int,),
                 "strategy": (str,)},
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
+    "canary": {"alpha": _NUM, "min_samples": (int,), "max_samples": (int,), "watch": (str, *_NUM),
+               "watch_min_samples": (int,), "watch_tolerance": _NUM, "poll": (str, *_NUM)},
     # Filled from the config class's numeric fields when a file has the section (importing them imports torch).
     "sft": {},
     "dpo": {},
@@ -88,6 +101,7 @@ class LoopliftConfig:
     trainer: dict[str, Any] = field(default_factory=dict)
     gate: dict[str, Any] = field(default_factory=dict)
     schedule: dict[str, Any] = field(default_factory=dict)
+    canary: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
     dpo: dict[str, Any] = field(default_factory=dict)
     grpo: dict[str, Any] = field(default_factory=dict)
@@ -209,6 +223,9 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
                           slice_tolerance=float(pick(flags.get("slice_tolerance"), cfg.gate, "slice_tolerance",
                                                      D.GATE_SLICE_TOLERANCE)))
         algos = {section: _algo_config(section)(**getattr(cfg, section)) for section in _ALGO_CONFIGS}
+        canary = None if t.get("canary") is None else float(t["canary"])
+        if canary is not None and not 0.0 < canary < 1.0:
+            raise ValueError(f"canary must be a share of traffic strictly between 0 and 1, got {canary}")
         dist = DistConfig(nproc=int(t.get("nproc", D.NPROC)), strategy=t.get("strategy", D.STRATEGY))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
@@ -219,7 +236,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         app=t.get("app"), eval=spec, algo=t.get("algo", D.ALGO), min_reward=float(t.get("min_reward", D.MIN_REWARD)),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
-        **algos, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, dist=dist,
+        **algos, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary, dist=dist,
     )
 
 
@@ -234,3 +251,16 @@ def schedule_config(cfg: LoopliftConfig, **flags: Any) -> "ScheduleConfig":
         drift_min_episodes=int(s.get("drift_min_episodes", D.DRIFT_MIN_EPISODES)),
         poll_s=parse_duration(s.get("poll", D.POLL_S), "poll"),
     )
+
+
+def canary_config(cfg: LoopliftConfig, **flags: Any) -> "CanaryConfig":
+    """The `CanaryConfig` from command-line `flags` (named like the `[canary]` keys), then the file."""
+    from ._canary import CanaryConfig, WatchConfig
+
+    c = {**cfg.canary, **{k: v for k, v in flags.items() if v is not None}}
+    watch = WatchConfig(window_s=parse_duration(c.get("watch", D.CANARY_WATCH_S), "watch"),
+                        min_samples=int(c.get("watch_min_samples", D.CANARY_WATCH_MIN_SAMPLES)),
+                        tolerance=float(c.get("watch_tolerance", D.CANARY_WATCH_TOLERANCE)))
+    return CanaryConfig(alpha=float(c.get("alpha", D.CANARY_ALPHA)), min_samples=int(c.get("min_samples", D.CANARY_MIN_SAMPLES)),
+                        max_samples=int(c.get("max_samples", D.CANARY_MAX_SAMPLES)), watch=watch,
+                        poll_s=parse_duration(c.get("poll", D.CANARY_POLL_S), "poll"))

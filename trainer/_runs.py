@@ -31,7 +31,7 @@ from sdk import looplift_home
 from ._eval_cache import DIR as EVAL_CACHE_DIR
 
 #: Runs that decided on their data: the same inputs again are "nothing new".
-DECIDED = ("promoted", "rejected")
+DECIDED = ("promoted", "canary", "rejected")
 
 
 def default_runs_dir(runs_dir: Optional[Path] = None) -> Path:
