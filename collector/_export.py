@@ -35,10 +35,11 @@ Formats (one JSON object per line):
   worst, and so on while the better one's score is strictly higher; each trajectory is used at
   most once. `source: "correction"` pairs put a user's correction (chosen) against the
   trajectory it corrected (rejected).
-- `grpo`: `{"task_id", "prompt", "rewards", "completions": [{"id", "reward", "score", "success",
-  "messages", "turns"}]}`: one line per (task, prompt) group of at least two scored
+- `grpo`: `{"task_id", "prompt", "rewards", "completions": [{"id", "served_version", "reward", "score",
+  "success", "messages", "turns"}]}`: one line per (task, prompt) group of at least two scored
   trajectories; `rewards` are the final scores; `turns` carry the token ids and logprobs that
-  were ingested, with `message_index` relative to the completion's `messages`.
+  were ingested, with `message_index` relative to the completion's `messages`; `served_version`
+  (the version that sampled them) lets a trainer bound how stale they are.
 
 DPO and GRPO read rows ordered by task and handle one task at a time, at most `MAX_GROUP` rows
 at once (a larger task is handled in consecutive chunks). Memory stays flat whatever the table

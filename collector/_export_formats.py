@@ -117,8 +117,8 @@ def grpo_lines(rows: list[Row], drop: Callable[[str, int], None]) -> list[Line]:
             kr = _prompt_len(r.data["messages"])
             turns = [{**t, "message_index": t["message_index"] - kr} for t in r.data.get("turns") or []
                      if t.get("message_index", -1) >= kr]
-            completions.append({"id": r.id, "reward": r.reward, "score": r.score, "success": r.success,
-                                "messages": _completion(r), "turns": turns})
+            completions.append({"id": r.id, "served_version": r.version, "reward": r.reward, "score": r.score,
+                                "success": r.success, "messages": _completion(r), "turns": turns})
         line = {"task_id": group[0].task_id, "prompt": _msgs(ms[:k]), "rewards": [r.score for r in group],
                 "completions": completions}
         out.append((line, group[0], tuple(r.id for r in group)))

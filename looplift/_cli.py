@@ -280,24 +280,32 @@ def _detect_sandbox() -> str:
 @app.command()
 def demo(
     cycles: int = typer.Option(3, min=1, help="Train/gate/publish cycles after the base-model eval."),
-    episodes: int = typer.Option(256, min=8, help="Rollouts per cycle."),
+    episodes: Optional[int] = typer.Option(None, min=8, help="Rollouts per cycle (default: 256 for sft; 1024 for "
+                                           "grpo, which needs ~650-1150 rollouts to reach 90% and whose gate only "
+                                           "promotes a significant gain, so the first cycle must carry most of it)."),
     held_out: int = typer.Option(100, min=10, help="Held-out tasks (never trained on)."),
     json_out: Path = typer.Option(Path("bench/results/demo.json"), help="Where to write the per-cycle JSON."),
     chart: Optional[Path] = typer.Option(None, help="PNG chart path (default: beside --json-out)."),
     sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
     seed: int = typer.Option(0, help="Seed for the rollout tasks and sampling."),
+    algo: str = typer.Option("sft", help="sft: rejection-sampling SFT per cycle | grpo: the cycle's rollouts "
+                                         "spent on online GRPO updates (a new adapter version each)."),
 ) -> None:
     """Run the closed loop on the embedded default and show held-out success per cycle."""
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    if algo not in ("sft", "grpo"):
+        raise _fail(f"--algo must be sft or grpo, not {algo!r} (DPO trains from feedback: `trainer run --algo dpo`)", 2)
     try:
         from ._demo import DemoConfig, run_demo
     except ImportError as e:
         raise _fail(f"`looplift demo` needs the whole stack ({e}); install it with `pip install 'looplift[cpu]'`",
                     2) from None
     try:
+        if episodes is None:
+            episodes = 1024 if algo == "grpo" else 256
         result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
-                                     chart_out=chart, sandbox_backend=sandbox, seed=seed), console=console)
+                                     chart_out=chart, sandbox_backend=sandbox, seed=seed, algo=algo), console=console)
     except Shutdown as s:
         raise _fail(f"interrupted by {s}; everything the demo started has exited", 128 + s.signum) from None
     except Exception as e:
@@ -311,13 +319,14 @@ def _print_demo(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="held-out success per cycle")
-    for col in ("cycle", "version", "held-out success", "episodes", "exported", "train loss", "promoted", "gate b/c, p",
-                "seconds"):
+    for col in ("cycle", "version", "held-out success", "episodes", "dropped", "exported", "train loss", "promoted",
+                "gate b/c, p", "seconds"):
         table.add_column(col, justify="right")
     for c in result["cycles"]:
         g = c.get("gate_figures")
         figures = "-" if not g else f"{g['b']}/{g['c']}, p={g['p_value']:.2g}"
         table.add_row(str(c["cycle"]), c["version"], f"{c['held_out_success']:.0%}", str(c["episodes"]),
+                      "-" if c.get("rollouts_dropped") is None else str(c["rollouts_dropped"]),
                       str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
                       "yes" if c["promoted"] else "no", figures, f"{c['seconds']:.0f}")
     Console(width=max(100, Console().width)).print(table)

@@ -3,6 +3,8 @@
     cycle 0: evaluate the base model (policy-v0) on the held-out tasks
     cycle k: roll out the serving policy on fresh training tasks -> collector (anonymized, scored)
              -> `trainer run` (export verified successes -> LoRA SFT -> gate -> publish/hot-swap)
+    --algo grpo: cycle k spends its rollout budget on online GRPO updates (`trainer.run_cycle`), each a
+             new adapter version the next rollouts use, then the same gate and publish
 
 The gate runs on the demo task's eval suite, `sandboxes.arithmetic_suite` (held-out problems, the
 suite's budget and sampling), exactly as `trainer run --eval sandboxes:arithmetic_suite` would; every
@@ -33,7 +35,7 @@ import httpx
 import sdk
 from sdk import looplift_home
 from sdk.infra import atomic_write, atomic_write_json
-from trainer import BaseModelConfig, JobConfig, SFTConfig, evaluate, run_job
+from trainer import BaseModelConfig, GRPOConfig, JobConfig, OnlineConfig, SFTConfig, evaluate, run_job
 
 from ._model import tiny_model
 from ._stack import Stack, StackConfig
@@ -51,6 +53,12 @@ class DemoConfig:
     concurrency: int = 16
     base: BaseModelConfig = field(default_factory=BaseModelConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    algo: str = "sft"
+    """"sft" (rejection-sampling SFT per cycle) or "grpo" (online GRPO updates per cycle)."""
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    online: OnlineConfig = field(default_factory=lambda: OnlineConfig(app="demo"))
+    task_pool: int = 2000
+    """GRPO: training tasks the pass-rate sampler draws from (by kind: how many digits a task has)."""
     sandbox_backend: Optional[str] = None
     """"docker", "local" or None (Docker when an engine answers, else local)."""
     json_out: Path = Path("bench/results/demo.json")
@@ -75,6 +83,11 @@ class CycleRecord:
     gate: Optional[str] = None
     gate_figures: Optional[dict[str, Any]] = None
     """The gate's test, n, discordant b/c, p-value, alpha, success rates and per-slice table."""
+    rollouts_dropped: Optional[int] = None
+    """GRPO: rollouts in groups that carried no signal (all rewards equal) or were too stale; never trained on."""
+    split_s: Optional[dict[str, float]] = None
+    """GRPO: the cycle's wall time by part (generation, environment, training, adapter, other, gate)."""
+    updates: Optional[list[dict[str, Any]]] = None
 
 
 class _Canary:
@@ -153,6 +166,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
             config.before_stop({"gateway": stack.gateway.url, "collector": stack.collector.url,
                                 "admin_token": admin_token, "state": str(state)})
     result = {
+        "algo": config.algo,
         "cycles": [r.__dict__ for r in loop.records],
         "swap_requests": loop.canary_sent,
         "swap_failed_requests": loop.canary_failed,
@@ -195,43 +209,76 @@ class _Loop:
                                    on_episode=lambda _t: progress.advance(bar)))
         self.records.append(CycleRecord(0, self._serving(), res.success, 0, 0, None, False,
                                         round(time.monotonic() - t0, 1)))
+        online = self._online(suite) if cfg.algo == "grpo" else None
         for cycle in range(1, cfg.cycles + 1):
-            self.records.append(self._cycle(cycle, suite))
+            self.records.append(self._cycle(cycle, suite, online))
 
-    def _cycle(self, cycle: int, suite: Any) -> CycleRecord:
+    def _online(self, suite: Any) -> Any:
+        """GRPO: one learner for the whole run (RL continues its policy; the gate decides what serves), its
+        pass-rate estimates kept in the state directory."""
         from sandboxes import training_tasks
+        from server import AdminClient
+        from trainer import GRPOLearner, OnlineGRPO, PassRateSampler
+
+        cfg = self.config
+        return OnlineGRPO(
+            GRPOLearner(self.model_dir, cfg.grpo), pool=training_tasks(cfg.task_pool, seed=cfg.seed * 1000 + 1),
+            env_factory=suite.env_factory, verifier=suite.verifier, gateway_url=self.gateway_url,
+            admin=AdminClient(self.gateway_url, self.admin_token), adapters_dir=self.state / "grpo-adapters",
+            sampler=PassRateSampler(self.state / "pass_rates.json", seed=cfg.seed, kind_of=digits),
+            version=self._serving(), config=cfg.online, collector=self.client)
+
+    def _cycle(self, cycle: int, suite: Any, online: Any = None) -> CycleRecord:
+        from sandboxes import training_tasks
+        from trainer import run_cycle
 
         cfg, progress = self.config, self.progress
         t0 = time.monotonic()
-        tasks = training_tasks(cfg.episodes, seed=cfg.seed * 1000 + cycle)
-        bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
-        trajs = sdk.run(tasks, suite.env_factory, model="policy", verifier=suite.verifier, collector=self.client,
-                        app="demo", base_url=self.gateway_url + "/v1", budget=suite.budget,
-                        concurrency=cfg.concurrency,
-                        sampling=dataclasses.replace(suite.sampling, seed=cfg.seed + cycle),
-                        on_episode=lambda _t: progress.advance(bar))
-        self.client.flush()
-        rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
-        gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
+        job_config = JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
+                               admin_token=self.admin_token, app="demo", eval="sandboxes:arithmetic_suite",
+                               eval_concurrency=cfg.concurrency, sft=cfg.sft, algo=cfg.algo, grpo=cfg.grpo,
+                               runs_dir=self.state / "runs")
         canary = _Canary(self.gateway_url, "policy")
-        job = run_job(
-            JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
-                      admin_token=self.admin_token, app="demo", eval="sandboxes:arithmetic_suite",
-                      eval_concurrency=cfg.concurrency, sft=cfg.sft, runs_dir=self.state / "runs"),
-            suite=suite, trigger=f"demo cycle {cycle}", around_promote=lambda: canary,
-        )
+        grpo: dict[str, Any] = {}
+        if online is None:
+            tasks = training_tasks(cfg.episodes, seed=cfg.seed * 1000 + cycle)
+            bar = progress.add_task(f"cycle {cycle}: rollouts", total=len(tasks))
+            trajs = sdk.run(tasks, suite.env_factory, model="policy", verifier=suite.verifier, collector=self.client,
+                            app="demo", base_url=self.gateway_url + "/v1", budget=suite.budget,
+                            concurrency=cfg.concurrency,
+                            sampling=dataclasses.replace(suite.sampling, seed=cfg.seed + cycle),
+                            on_episode=lambda _t: progress.advance(bar))
+            self.client.flush()
+            rollout_success = sum(t.outcome.success for t in trajs if t.outcome) / len(trajs)
+            spent = len(trajs)
+            gate_bar = progress.add_task(f"cycle {cycle}: train + gate", total=1)
+            job = run_job(job_config, suite=suite, trigger=f"demo cycle {cycle}", around_promote=lambda: canary)
+        else:
+            updates = max(1, cfg.episodes // (cfg.online.tasks_per_update * cfg.online.group_size))
+            bar = progress.add_task(f"cycle {cycle}: GRPO updates", total=updates)
+            gate_bar = progress.add_task(f"cycle {cycle}: gate", total=1)
+            res = run_cycle(online, job_config, updates, suite=suite, around_promote=lambda: canary,
+                            on_update=lambda _r: progress.advance(bar), trigger=f"demo cycle {cycle}")
+            job, spent, rollout_success = res.job, res.rollouts_spent, res.rollout_success
+            grpo = {"rollouts_dropped": res.rollouts_dropped, "split_s": res.split_s,
+                    "updates": res.summary()["updates"]}
         progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
         self.canary_sent += canary.sent
         self.canary_failed += canary.failed
         success = job.candidate_success if job.promoted else job.serving_success
         return CycleRecord(cycle, self._serving(), success if success is not None else self.records[-1].held_out_success,
-                           len(trajs), job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
-                           rollout_success=rollout_success, gate=job.reason, gate_figures=job.gate)
+                           spent, job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
+                           rollout_success=rollout_success, gate=job.reason, gate_figures=job.gate, **grpo)
 
     def _serving(self) -> str:
         from server import AdminClient
 
         return AdminClient(self.gateway_url, self.admin_token).versions().serving
+
+
+def digits(task: Any) -> str:
+    """The kind of an arithmetic task for the pass-rate sampler: how many digits it must copy."""
+    return str(sum(c.isdigit() for c in str(task.data.get("expression", ""))))
 
 
 def _write(config: DemoConfig, result: dict[str, Any]) -> None:
@@ -260,7 +307,7 @@ def _chart(result: dict[str, Any], path: Path) -> None:
     ax.set_ylim(0, 110)
     ax.set_xlabel("cycle (0 = base model)")
     ax.set_ylabel("held-out success (%)")
-    ax.set_title("looplift demo: held-out success per cycle")
+    ax.set_title(f"looplift demo ({result.get('algo', 'sft')}): held-out success per cycle")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()

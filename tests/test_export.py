@@ -172,6 +172,7 @@ def test_grpo_groups_carry_rewards_and_token_ids(store: Store, tmp_path: Path) -
         assert g["rewards"] == [t.outcome.reward for t in members]  # type: ignore[union-attr]
         for c, t in zip(g["completions"], members):
             assert c["reward"] == t.outcome.reward and c["success"] == t.outcome.success  # type: ignore[union-attr]
+            assert c["served_version"] == t.served_version
             assert len(c["turns"]) == len(t.turns) > 0
             for turn, src in zip(c["turns"], t.turns):
                 assert turn["completion_token_ids"] == src.completion_token_ids

@@ -12,10 +12,15 @@
 - The canary watch (`CanaryWatch`, `trainer canary`, `looplift up --retrain`): promote or drop a canary from
   live outcomes (exact one-sided Fisher test), roll back a promotion whose live signal falls.
 - The tiny base-model builder (the embedded default) and LoRA SFT (`train_sft`).
+- RL (`--algo dpo|grpo`): DPO on preference pairs and user corrections (`train_dpo`); GRPO on the exact
+  tokens vLLM sampled, off-policy corrected with its logprobs (`GRPOLearner`, `train_grpo`, data as
+  `Group`s of `Episode`s, rows by `episode_rows`), and the online loop through the gateway (`OnlineGRPO`,
+  `run_cycle`: a new adapter version per update, sync or async, a pass-rate task sampler, a `Timeline` of
+  where the wall time goes).
 
 The demo's orchestration lives in the composition root (`looplift._demo`). DPO and GRPO register
-their train steps in `TRAIN_STEPS`. `JobConfig.dist` (`DistConfig`: nproc, ddp|fsdp) runs the train stage on
-several processes under torchrun (`trainer run --nproc N`).
+their train steps in `TRAIN_STEPS`. `JobConfig.dist` (`DistConfig`: nproc, ddp|fsdp) runs the SFT train stage
+on several processes under torchrun (`trainer run --nproc N`); DPO and GRPO run in one process.
 
 `import trainer` is cheap: each public name is imported from its module on first use (PEP 562), so the
 `looplift` command can list the `trainer` group — and `looplift up --model DIR` can run — without
@@ -74,6 +79,30 @@ _EXPORTS = {
     "SuiteError": ".errors",
     "TrainerError": ".errors",
     "TrainingDataError": ".errors",
+    "CycleResult": "._online",
+    "OnlineConfig": "._online",
+    "OnlineGRPO": "._online",
+    "UpdateRecord": "._online",
+    "run_cycle": "._online",
+    "Episode": "._rollouts",
+    "Group": "._rollouts",
+    "Turn": "._rollouts",
+    "groups_from_trajectories": "._rollouts",
+    "load_grpo_jsonl": "._rollouts",
+    "PassRateSampler": "._sampler",
+    "UniformSampler": "._sampler",
+    "Timeline": "._timeline",
+    "TokenRow": "._tokens",
+    "episode_rows": "._tokens",
+    "DPOConfig": ".dpo",
+    "DPOResult": ".dpo",
+    "train_dpo": ".dpo",
+    "TokenDataError": ".errors",
+    "GRPOConfig": ".grpo",
+    "GRPOLearner": ".grpo",
+    "GRPOResult": ".grpo",
+    "UpdateStats": ".grpo",
+    "train_grpo": ".grpo",
     "SFTConfig": ".sft",
     "SFTResult": ".sft",
     "train_sft": ".sft",
@@ -81,13 +110,16 @@ _EXPORTS = {
 
 __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
     "CanaryConfig", "CanaryWatch", "WatchConfig", "canary_config",
-    "BaseModelConfig", "CheckerVerifier", "ConfigError", "DistConfig", "EvalResult", "GateConfig", "GateDecision", "HoldoutSuite",
-    "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "PublishError",
-    "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv", "SliceRow", "StopToken",
-    "SuiteError", "TRAIN_STEPS", "TrainData", "TrainStep", "Trained", "TrainerError", "TrainingDataError",
-    "base_model_dir", "build_base_model", "evaluate", "gate", "job_config", "list_runs", "load_config", "load_suite",
-    "mcnemar_p", "prompt_suite", "run_job", "schedule_config", "suite_from_holdout", "train_sft",
-    "write_lora_adapter", "write_untrained",
+    "BaseModelConfig", "CheckerVerifier", "ConfigError", "CycleResult", "DistConfig", "DPOConfig", "DPOResult", "Episode",
+    "EvalResult", "GRPOConfig", "GRPOLearner", "GRPOResult", "GateConfig", "GateDecision", "Group", "HoldoutSuite",
+    "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "OnlineConfig",
+    "OnlineGRPO", "PassRateSampler", "PublishError", "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler",
+    "ScriptedPromptEnv", "SliceRow", "StopToken", "SuiteError", "TRAIN_STEPS", "Timeline", "TokenDataError",
+    "TokenRow", "TrainData", "TrainStep", "Trained", "TrainerError", "TrainingDataError", "Turn", "UniformSampler",
+    "UpdateRecord", "UpdateStats", "base_model_dir", "build_base_model", "episode_rows", "evaluate", "gate",
+    "groups_from_trajectories", "job_config", "list_runs", "load_config", "load_grpo_jsonl", "load_suite",
+    "mcnemar_p", "prompt_suite", "run_cycle", "run_job", "schedule_config", "suite_from_holdout", "train_dpo",
+    "train_grpo", "train_sft", "write_lora_adapter", "write_untrained",
 ]
 
 if TYPE_CHECKING:
@@ -101,12 +133,27 @@ if TYPE_CHECKING:
     from ._interrupt import StopToken
     from ._job import JobConfig, JobResult, run_job
     from ._lock import JobLock
+    from ._online import CycleResult, OnlineConfig, OnlineGRPO, UpdateRecord, run_cycle
     from ._prompt_suite import CheckerVerifier, ScriptedPromptEnv, prompt_suite
+    from ._rollouts import Episode, Group, Turn, groups_from_trajectories, load_grpo_jsonl
     from ._runs import list_runs
+    from ._sampler import PassRateSampler, UniformSampler
     from ._schedule import ScheduleConfig, Scheduler
     from ._steps import TRAIN_STEPS, JobContext, TrainData, Trained, TrainStep
     from ._suites import load_suite
-    from .errors import ConfigError, JobInterrupted, PublishError, SuiteError, TrainerError, TrainingDataError
+    from ._timeline import Timeline
+    from ._tokens import TokenRow, episode_rows
+    from .dpo import DPOConfig, DPOResult, train_dpo
+    from .errors import (
+        ConfigError,
+        JobInterrupted,
+        PublishError,
+        SuiteError,
+        TokenDataError,
+        TrainerError,
+        TrainingDataError,
+    )
+    from .grpo import GRPOConfig, GRPOLearner, GRPOResult, UpdateStats, train_grpo
     from .sft import SFTConfig, SFTResult, train_sft
 
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -30,11 +29,9 @@ from sandboxes import demonstration, training_tasks
 from sdk import looplift_home
 from sdk.infra import atomic_dir
 
-from ._data import collate, encode_chat, token_loss_sum
-from ._dist import Dist
+from ._data import Progress, encode_chat, train_causal_lm
+from ._lora import LORA_TARGETS
 from ._tokenizer import build_tokenizer
-
-Progress = Callable[[int, int, float], None]  # (step, total, loss)
 
 
 @dataclass(frozen=True)
@@ -128,59 +125,6 @@ def write_lora_adapter(model_dir: Path, out_dir: Path, *, seed: int = 0, rank: i
                 p.normal_(0.0, 0.5)
     peft_model.save_pretrained(out_dir)
     return Path(out_dir)
-
-
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def train_causal_lm(
-    model: torch.nn.Module,
-    examples: list[tuple[list[int], list[int]]],
-    *,
-    pad_id: int,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    progress: Optional[Progress] = None,
-    dist: Optional[Dist] = None,
-) -> float:
-    """AdamW with linear warmup and cosine decay over `steps` minibatches; returns the final loss
-    (mean of the last 20 steps). Shared by the base-model builder and SFT.
-
-    `dist` (a `Dist` whose `wrap` made `model`) spreads each minibatch over the ranks: every rank draws the
-    same `batch_size` examples and trains on its share; the loss is the mean over the whole minibatch's
-    tokens, as in one process."""
-    dist = dist or Dist()
-    rng = random.Random(seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    device = params[0].device
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
-    )
-    model.train()
-    order: list[int] = []
-    recent: list[float] = []
-    for step in range(steps):
-        if len(order) < batch_size:
-            more = list(range(len(examples)))
-            rng.shuffle(more)
-            order += more
-        idx, order = order[:batch_size], order[batch_size:]
-        batch = {k: v.to(device) for k, v in collate([examples[i] for i in dist.shard(idx)], pad_id).items()}
-        loss, logged = dist.mean(*token_loss_sum(model, batch))  # mean over the minibatch's unmasked tokens
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        recent = (recent + [logged])[-20:]
-        if progress is not None:
-            progress(step + 1, steps, recent[-1])
-    model.eval()
-    return sum(recent) / max(1, len(recent))
 
 
 def base_model_dir(cfg: BaseModelConfig = BaseModelConfig()) -> Path:

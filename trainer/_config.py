@@ -46,6 +46,9 @@ are relative to the file's directory.
     poll = "15s"
 
     [sft]                            # trainer.SFTConfig fields: rank, alpha, dropout, lr, steps, batch_size, seed, max_len
+    [dpo]                            # trainer.DPOConfig fields (`--algo dpo`): rank, alpha, lr, steps, beta, nll_weight, ...
+    [grpo]                           # trainer.GRPOConfig's numeric fields (`--algo grpo`): lr, epochs, clip_low, clip_high,
+                                     # max_staleness, kl_beta, ...
 """
 
 from __future__ import annotations
@@ -80,8 +83,13 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
     "canary": {"alpha": _NUM, "min_samples": (int,), "max_samples": (int,), "watch": (str, *_NUM),
                "watch_min_samples": (int,), "watch_tolerance": _NUM, "poll": (str, *_NUM)},
-    "sft": {},  # filled from trainer.SFTConfig's fields when a file has [sft] (importing sft imports torch)
+    # Filled from the config class's numeric fields when a file has the section (importing them imports torch).
+    "sft": {},
+    "dpo": {},
+    "grpo": {},
 }
+#: section -> (module, class) of the algorithm config it sets.
+_ALGO_CONFIGS = {"sft": (".sft", "SFTConfig"), "dpo": (".dpo", "DPOConfig"), "grpo": (".grpo", "GRPOConfig")}
 _PATH_KEYS = {("trainer", "base_model"), ("trainer", "runs_dir")}
 
 
@@ -95,6 +103,8 @@ class LoopliftConfig:
     schedule: dict[str, Any] = field(default_factory=dict)
     canary: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
+    dpo: dict[str, Any] = field(default_factory=dict)
+    grpo: dict[str, Any] = field(default_factory=dict)
 
 
 def find_config(explicit: Optional[Path] = None) -> Optional[Path]:
@@ -130,10 +140,10 @@ def load_config(explicit: Optional[Path] = None) -> LoopliftConfig:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
-    if "sft" in raw and not SCHEMA["sft"]:
-        from .sft import SFTConfig
-
-        SCHEMA["sft"] = {f.name: (_NUM if f.type in ("float", float) else (int,)) for f in dataclasses.fields(SFTConfig)}
+    for section in (s for s in _ALGO_CONFIGS if s in raw and not SCHEMA[s]):
+        config_class = _algo_config(section)
+        SCHEMA[section] = {f.name: (_NUM if f.type in ("float", float) else (int,)) for f in dataclasses.fields(config_class)
+                           if f.type in ("float", float, "int", int)}
     unknown = [f"[{s}]" for s in raw if s not in SCHEMA]
     unknown += [f"[{s}].{k}" for s, keys in raw.items() if s in SCHEMA and isinstance(keys, dict)
                 for k in keys if k not in SCHEMA[s]]
@@ -151,6 +161,13 @@ def load_config(explicit: Optional[Path] = None) -> LoopliftConfig:
                 raise ConfigError(f"{path}: [{section}].{key} must be {want}, not {type(value).__name__} ({value!r})")
             sections.setdefault(section, {})[key] = _resolve(path, section, key, value)
     return LoopliftConfig(path=path, **sections)
+
+
+def _algo_config(section: str) -> Any:
+    import importlib
+
+    module, name = _ALGO_CONFIGS[section]
+    return getattr(importlib.import_module(module, __package__), name)
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -179,12 +196,11 @@ def pick(flag: Any, config: dict[str, Any], key: str, default: Any = None) -> An
 
 def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flags: Any) -> "JobConfig":
     """The `JobConfig` from command-line `flags` (named like the `[trainer]` keys; None = not given), the
-    file's `[trainer]`, `[gate]` and `[sft]` sections, and the defaults — in that order."""
+    file's `[trainer]`, `[gate]`, `[sft]`, `[dpo]` and `[grpo]` sections, and the defaults — in that order."""
     from ._dist import DistConfig
     from ._gate import GateConfig
     from ._job import JobConfig
     from ._suites import is_suite_file
-    from .sft import SFTConfig
 
     unknown = set(flags) - set(SCHEMA["trainer"]) - {"alpha", "slice_tolerance"}
     if unknown:  # pragma: no cover - a programming error in a caller
@@ -206,7 +222,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         gate = GateConfig(alpha=float(pick(flags.get("alpha"), cfg.gate, "alpha", D.GATE_ALPHA)),
                           slice_tolerance=float(pick(flags.get("slice_tolerance"), cfg.gate, "slice_tolerance",
                                                      D.GATE_SLICE_TOLERANCE)))
-        sft = SFTConfig(**cfg.sft)
+        algos = {section: _algo_config(section)(**getattr(cfg, section)) for section in _ALGO_CONFIGS}
         canary = None if t.get("canary") is None else float(t["canary"])
         if canary is not None and not 0.0 < canary < 1.0:
             raise ValueError(f"canary must be a share of traffic strictly between 0 and 1, got {canary}")
@@ -220,7 +236,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         app=t.get("app"), eval=spec, algo=t.get("algo", D.ALGO), min_reward=float(t.get("min_reward", D.MIN_REWARD)),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
-        sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary, dist=dist,
+        **algos, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary, dist=dist,
     )
 
 

@@ -37,15 +37,19 @@ from typing import Any, Callable, ContextManager, Optional
 from sdk.infra import atomic_write_json
 
 from . import _defaults as D
-from ._eval import EvalResult, evaluate
+from . import _eval_cache as eval_cache
+from ._eval import EvalResult, evaluate, suite_seed
 from ._gate import GateConfig, gate
 from ._interrupt import StopToken
 from ._dist import DistConfig
+from ._json import jsonable
 from ._lock import JobLock
 from ._runs import default_runs_dir, last_decided, publish_run
 from sdk import EvalSuite
 from ._steps import JobContext, TrainStep, resolve_train_step
 from .errors import JobInterrupted, PublishError
+from .dpo import DPOConfig
+from .grpo import GRPOConfig
 from .sft import SFTConfig
 
 Status = Callable[[str], None]
@@ -80,6 +84,8 @@ class JobConfig:
     """Sampling seed of the gate; default the suite's, else 0."""
     eval_concurrency: int = D.EVAL_CONCURRENCY
     sft: SFTConfig = field(default_factory=SFTConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
     runs_dir: Optional[Path] = None
     """Default `$LOOPLIFT_HOME/trainer/runs`."""
     canary: Optional[float] = None
@@ -128,22 +134,12 @@ class JobResult:
         return dataclasses.asdict(self)
 
 
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {k: _jsonable(v) for k, v in dataclasses.asdict(obj).items() if k != "admin_token"}
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
 def _input_key(step: TrainStep, config: JobConfig, data_sha: str) -> str:
-    what = {"data": data_sha, "algo": step.name, "config": _jsonable(step.config(config)),
+    what = {"data": data_sha, "algo": step.name, "config": jsonable(step.config(config)),
             "base_model": str(config.base_model_dir)}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -196,7 +192,7 @@ def run_job(
     atomic_write_json(run_dir / "run.json", {"run_id": run_id, "started_at": base.started_at, "trigger": trigger,
                                              "algo": step.name, "suite": suite.name, "host": socket.gethostname(),
                                              "pid": os.getpid()})
-    atomic_write_json(run_dir / "config.json", _jsonable(config))
+    atomic_write_json(run_dir / "config.json", jsonable(config))
 
     def record(result: JobResult) -> JobResult:
         result = dataclasses.replace(result, finished_at=_now(), seconds=round(time.monotonic() - t0, 2))
@@ -266,15 +262,17 @@ class _Run:
         trained = self.step.train(ctx, data)
         self._enter("loading the candidate into the gateway", train_loss=trained.train_loss)
         try:
-            candidate = admin.load(str(trained.adapter_dir)).name
-            serving = admin.versions().serving
+            loaded = admin.load(str(trained.adapter_dir))
+            view = admin.versions()
         except Exception as e:
             raise PublishError(f"the gateway refused the adapter from run {ctx.run_id} "
                                f"({trained.adapter_dir}): {e}") from e
+        candidate, serving = loaded.name, view.serving
+        weights = {v.name: v.adapter_path or f"base:{cfg.base_model_dir}" for v in view.versions}
 
         self._enter(f"gate: {candidate} vs {serving} on {len(self.suite.tasks)} tasks of suite {self.suite.name!r}",
                     candidate=candidate, serving=serving)
-        cand, serv = asyncio.run(self._evaluate_both(candidate, serving))
+        cand, serv = asyncio.run(self._evaluate_both(candidate, serving, weights))
         decision = gate(cand.outcomes, serv.outcomes, slices=cand.slices, config=cfg.gate)
         self.partial = dataclasses.replace(self.partial, candidate_success=cand.success,
                                            serving_success=serv.success,
@@ -293,19 +291,27 @@ class _Run:
             admin.promote(candidate)
         return dataclasses.replace(self.partial, status="promoted", reason=decision.reason)
 
-    async def _evaluate_both(self, candidate: str, serving: str) -> tuple[EvalResult, EvalResult]:
+    async def _evaluate_both(self, candidate: str, serving: str, weights: dict[str, str]) -> tuple[EvalResult, EvalResult]:
         cfg = self.ctx.config
         base_url = cfg.gateway_url.rstrip("/") + "/v1"
+        runs = default_runs_dir(cfg.runs_dir)
+        seed = suite_seed(self.suite, cfg.eval_seed)
 
         def tick(_t: Any) -> None:
             self.token.check()
 
-        kw = dict(base_url=base_url, seed=cfg.eval_seed, concurrency=cfg.eval_concurrency, on_episode=tick,
-                  client=self.chat_client)
-        # One version after the other: each gets the whole machine, and a stop lands between them too.
-        c = await evaluate(candidate, self.suite, **kw)  # type: ignore[arg-type]
-        s = await evaluate(serving, self.suite, **kw)  # type: ignore[arg-type]
-        return c, s
+        async def measure(version: str) -> EvalResult:
+            key = eval_cache.cache_key(version, weights.get(version, ""), self.suite, seed)
+            cached = eval_cache.load(runs, key)
+            if cached is not None:  # gated before on this suite and seed (usually: last run's candidate)
+                return cached
+            # One version after the other: each gets the whole machine, and a stop lands between them too.
+            res = await evaluate(version, self.suite, base_url=base_url, seed=seed,  # type: ignore[arg-type]
+                                 concurrency=cfg.eval_concurrency, on_episode=tick, client=self.chat_client)
+            eval_cache.save(runs, key, res)
+            return res
+
+        return await measure(candidate), await measure(serving)
 
 
 def _admin(config: JobConfig) -> Any:

@@ -41,6 +41,7 @@ from sdk.errors import ConfigError as SDKConfigError
 
 from . import _defaults as D
 from ._imports import import_object
+from ._json import jsonl_objects
 from .errors import SuiteError
 
 Check = Callable[[str, Optional[str]], bool]
@@ -256,24 +257,17 @@ def read_suite_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                          f"--out {path}` or give an import path PKG.MODULE:ATTR")
     header: dict[str, Any] = {}
     cases: list[dict[str, Any]] = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise SuiteError(f"{path}:{n}: not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise SuiteError(f"{path}:{n}: expected a JSON object")
-            if "suite" in obj and not cases and not header:
-                header = obj["suite"] if isinstance(obj["suite"], dict) else {}
-                unknown = set(header) - HEADER_KEYS
-                if unknown:
-                    raise SuiteError(f"{path}:{n}: unknown suite key(s) {', '.join(sorted(unknown))}; "
-                                     f"known: {', '.join(sorted(HEADER_KEYS))}")
-                continue
-            cases.append(obj)
+    for n, obj in jsonl_objects(path, SuiteError):
+        if not isinstance(obj, dict):
+            raise SuiteError(f"{path}:{n}: expected a JSON object")
+        if "suite" in obj and not cases and not header:
+            header = obj["suite"] if isinstance(obj["suite"], dict) else {}
+            unknown = set(header) - HEADER_KEYS
+            if unknown:
+                raise SuiteError(f"{path}:{n}: unknown suite key(s) {', '.join(sorted(unknown))}; "
+                                 f"known: {', '.join(sorted(HEADER_KEYS))}")
+            continue
+        cases.append(obj)
     return header, cases
 
 

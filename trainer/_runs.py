@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 from sdk import looplift_home
 
+from ._eval_cache import DIR as EVAL_CACHE_DIR
+
 #: Runs that decided on their data: the same inputs again are "nothing new".
 DECIDED = ("promoted", "canary", "rejected")
 
@@ -64,7 +66,7 @@ def list_runs(runs: Path) -> list[dict[str, Any]]:
     if not runs.is_dir():
         return []
     out: list[dict[str, Any]] = []
-    for d in sorted(p for p in runs.iterdir() if p.is_dir()):
+    for d in sorted(p for p in runs.iterdir() if p.is_dir() and p.name != EVAL_CACHE_DIR):
         result = _read(d / "result.json")
         if result is not None:
             out.append(result)

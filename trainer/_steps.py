@@ -113,8 +113,13 @@ def _sft_train_torchrun(ctx: JobContext, data: TrainData) -> Trained:
 
 SFT_STEP = TrainStep("sft", _sft_export, _sft_train, config=lambda cfg: cfg.sft)
 
-#: The algorithms `--algo` names.
+#: The algorithms `--algo` names. DPO's and GRPO's steps live in `_rl_steps` (imported last: they build
+#: on the types above).
 TRAIN_STEPS: dict[str, TrainStep] = {"sft": SFT_STEP}
+
+from ._rl_steps import DPO_STEP, GRPO_STEP  # noqa: E402
+
+TRAIN_STEPS.update(dpo=DPO_STEP, grpo=GRPO_STEP)
 
 
 def resolve_train_step(algo: str) -> TrainStep:

@@ -2,6 +2,8 @@
 
     TrainerError
     ├── TrainingDataError   the exported data cannot be trained on (names the file and line)
+    │   └── TokenDataError  a turn lacks the ids/logprobs vLLM returned, or they do not line up (names the
+    │                       trajectory and the turn; RL never answers it by re-tokenizing the text)
     ├── PublishError        the gateway refused to load or promote a version (names the run)
     ├── SuiteError          an eval suite cannot be loaded or is unusable (names the spec and the fix)
     └── ConfigError         bad `looplift.toml`, bad cron expression, bad option (names the key and the fix)
@@ -11,6 +13,10 @@
     on the way (the agent loop records crashing environments as data) must not swallow it.
 """
 
+from __future__ import annotations
+
+from typing import Optional
+
 
 class TrainerError(Exception):
     """Base of every trainer error."""
@@ -18,6 +24,17 @@ class TrainerError(Exception):
 
 class TrainingDataError(TrainerError):
     """The exported data cannot be trained on (empty, malformed); the message names the file and line."""
+
+
+class TokenDataError(TrainingDataError):
+    """A turn's token ids or logprobs are missing or inconsistent. RL trains on exactly what vLLM returned,
+    so this is an error, never a reason to re-tokenize the text."""
+
+    def __init__(self, trajectory_id: str, turn: Optional[int], problem: str) -> None:
+        where = f"trajectory {trajectory_id}" + (f", turn {turn}" if turn is not None else "")
+        super().__init__(f"{where}: {problem}")
+        self.trajectory_id = trajectory_id
+        self.turn = turn
 
 
 class PublishError(TrainerError):

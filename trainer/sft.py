@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
-from ._base_model import LORA_TARGETS, Progress, train_causal_lm
-from ._data import encode_chat
+from ._data import Progress, encode_chat, jsonl_fields, train_causal_lm
+from ._lora import lora_model
 from ._dist import Dist
 from .errors import TrainingDataError
 
@@ -65,17 +65,10 @@ class SFTResult:
 def load_sft_jsonl(path: Path) -> list[list[dict]]:  # type: ignore[type-arg]
     """The conversations in an SFT export; a line that is not a chat with an assistant turn is an error."""
     convs = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                msgs = json.loads(line)["messages"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise TrainingDataError(f"{path}:{n}: not an SFT record with `messages` ({e})") from e
-            if not any(m.get("role") == "assistant" for m in msgs):
-                raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on")
-            convs.append(msgs)
+    for n, (msgs,) in jsonl_fields(path, "an SFT record with `messages`", ["messages"]):
+        if not any(m.get("role") == "assistant" for m in msgs):
+            raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on")
+        convs.append(msgs)
     return convs
 
 
@@ -92,8 +85,6 @@ def train_sft(
 
     `dist`: this process's share of a torchrun job (`Dist.from_env()`); every rank calls this with the same
     arguments and rank 0 writes the adapter. Default: one process (on the GPU when there is one)."""
-    from peft import LoraConfig, get_peft_model
-
     dist = dist or Dist()
     t0 = time.monotonic()
     convs = load_sft_jsonl(Path(data))
@@ -102,12 +93,7 @@ def train_sft(
     torch.manual_seed(config.seed)  # the same LoRA init on every rank
     tok = AutoTokenizer.from_pretrained(base_model_dir)
     examples = [encode_chat(tok, c, max_len=config.max_len) for c in convs]
-    base = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
-    model = dist.wrap(get_peft_model(
-        base,
-        LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=LORA_TARGETS,
-                   task_type="CAUSAL_LM"),
-    ))
+    model = dist.wrap(lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, dropout=config.dropout))
     curve: list[float] = []
 
     def record(step: int, total: int, loss: float) -> None:

@@ -1,0 +1,151 @@
+"""DPO with LoRA on `collector export --format dpo` pairs (best vs worst of one task and prompt; a user's
+correction as chosen against the reply it corrected).
+
+For a pair (prompt x, chosen y_w, rejected y_l), with log-probabilities summed over the assistant tokens
+of the completion only (prompts, tool output and user turns inside a completion are masked):
+
+    m    = [log pi(y_w|x) - log ref(y_w|x)] - [log pi(y_l|x) - log ref(y_l|x)]
+    loss = -log sigmoid(beta * m) + nll_weight * (-log pi(y_w|x) / |y_w|)     mean over the minibatch
+
+The second term (RPO's NLL on the chosen reply; TRL's `rpo_alpha`) keeps the chosen reply likely: DPO
+alone can satisfy the margin by making both replies unlikely, and on a small model that wrecks what
+it generates (measured here: a LoRA on the tiny model stopped writing code at all).
+
+The reference is the base model (the adapter switched off), computed once before training. Each run
+trains a fresh adapter from the base weights on all pairs it is given, like SFT, so a retrain is a
+pure function of (base, data, config). Pairs are text (a correction was typed by a person, so there
+are no sampled ids to be exact about) and are tokenized with the chat template, as SFT does.
+
+Left out, on purpose: IPO/KTO/ORPO variants, label smoothing, a reference other than the base model,
+and multi-GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoTokenizer
+
+from ._data import IGNORE, Progress, collate, encode_chat, jsonl_fields, minibatches
+from ._lora import lora_model, save_adapter
+from .errors import TrainingDataError
+
+
+@dataclass(frozen=True)
+class DPOConfig:
+    """DPO hyper-parameters; written next to every adapter as `looplift_dpo.json`."""
+
+    rank: int = 8
+    alpha: int = 16
+    lr: float = 1e-3
+    steps: int = 100
+    """Optimizer steps, independent of the data size so a run's cost is bounded."""
+    batch_size: int = 16
+    """Pairs per optimizer step."""
+    beta: float = 0.1
+    nll_weight: float = 1.0
+    """Weight of the per-token NLL of the chosen reply (0: plain DPO)."""
+    seed: int = 0
+    max_len: int = 512
+
+
+@dataclass(frozen=True)
+class DPOResult:
+    adapter_dir: Path
+    train_loss: float
+    pairs: int
+    accuracy: float
+    """Fraction of training pairs whose margin m is positive after training."""
+    seconds: float
+
+
+Pair = tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]]  # ((ids, labels) chosen, (ids, labels) rejected)
+
+
+def load_dpo_jsonl(path: Path, tokenizer: Any, *, max_len: int = 512) -> list[Pair]:
+    """The pairs of a DPO export, encoded; a line without a prompt and two assistant completions is an error."""
+    pairs: list[Pair] = []
+    for n, (prompt, chosen, rejected) in jsonl_fields(path, "a DPO pair with prompt, chosen and rejected",
+                                                      ["prompt", "chosen", "rejected"]):
+        for side, msgs in (("chosen", chosen), ("rejected", rejected)):
+            if not any(m.get("role") == "assistant" for m in msgs):
+                raise TrainingDataError(f"{path}:{n}: {side} has no assistant message to score")
+        pairs.append((encode_chat(tokenizer, prompt + chosen, max_len=max_len),
+                      encode_chat(tokenizer, prompt + rejected, max_len=max_len)))
+    return pairs
+
+
+def _seq_logprob(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of log p over labeled tokens, and their number, per row: (B,), (B,)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()  # (B, T-1, V)
+    labels = batch["labels"][:, 1:]  # (B, T-1)
+    mask = labels != IGNORE
+    tok = logits.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, T-1)
+    return (tok * mask).sum(-1), mask.sum(-1)  # (B,), (B,)
+
+
+def _both(model: Any, pairs: list[Pair], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chosen and rejected sequence logprobs (B,) each, and the chosen token counts (B,), in one forward
+    pass over 2B rows."""
+    batch = collate([p[0] for p in pairs] + [p[1] for p in pairs], pad_id)
+    lp, n = _seq_logprob(model, batch)  # (2B,), (2B,)
+    b = len(pairs)
+    return lp[:b], lp[b:], n[:b]
+
+
+def train_dpo(
+    base_model_dir: Path,
+    data: Path,
+    out_dir: Path,
+    config: DPOConfig = DPOConfig(),
+    *,
+    progress: Optional[Progress] = None,
+) -> DPOResult:
+    """Train a LoRA adapter with DPO on `data` (DPO JSONL) over `base_model_dir`; write it atomically to `out_dir`."""
+    t0 = time.monotonic()
+    torch.manual_seed(config.seed)
+    tok = AutoTokenizer.from_pretrained(base_model_dir)
+    pairs = load_dpo_jsonl(Path(data), tok, max_len=config.max_len)
+    if not pairs:
+        raise TrainingDataError(f"{data} has no pairs; DPO needs tasks with a better and a worse reply to the same "
+                                "prompt, or user corrections")
+    model = lora_model(base_model_dir, rank=config.rank, alpha=config.alpha)
+    pad = tok.pad_token_id
+    with torch.no_grad(), model.disable_adapter():  # reference = the base model, once
+        ref = [_both(model, pairs[i:i + config.batch_size], pad) for i in range(0, len(pairs), config.batch_size)]
+    ref_c = torch.cat([r[0] for r in ref])  # (N,)
+    ref_r = torch.cat([r[1] for r in ref])  # (N,)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    model.train()
+    recent: list[float] = []
+    for step, idx in enumerate(minibatches(len(pairs), config.batch_size, config.steps, config.seed)):
+        pol_c, pol_r, n_c = _both(model, [pairs[i] for i in idx], pad)  # (B,) each
+        margin = (pol_c - ref_c[idx]) - (pol_r - ref_r[idx])  # (B,)
+        nll = -pol_c / n_c.clamp(min=1)  # (B,)
+        loss = (-F.logsigmoid(config.beta * margin) + config.nll_weight * nll).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        recent = (recent + [loss.item()])[-20:]
+        if progress is not None:
+            progress(step + 1, config.steps, recent[-1])
+    model.eval()
+    with torch.no_grad():
+        pol = [_both(model, pairs[i:i + config.batch_size], pad) for i in range(0, len(pairs), config.batch_size)]
+    margins = (torch.cat([p[0] for p in pol]) - ref_c) - (torch.cat([p[1] for p in pol]) - ref_r)
+    accuracy = float((margins > 0).float().mean())
+    loss_final = statistics.fmean(recent) if recent else math.nan
+    meta = {"config": config, "base_model": base_model_dir, "data": data, "pairs": len(pairs), "train_loss": loss_final,
+            "accuracy": accuracy}
+    save_adapter(model, Path(out_dir), "dpo", meta)
+    return DPOResult(adapter_dir=Path(out_dir), train_loss=loss_final, pairs=len(pairs), accuracy=accuracy,
+                     seconds=round(time.monotonic() - t0, 2))
