@@ -28,6 +28,7 @@ from .errors import (
     ExportError,
     MigrationError,
     StorageError,
+    UnknownResponseError,
     UnknownTrajectoryError,
     UnsupportedFormatError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "ServerHandle",
     "StorageError",
     "Store",
+    "UnknownResponseError",
     "UnknownTrajectoryError",
     "UnsupportedFormatError",
     "WindowStats",

@@ -1,4 +1,5 @@
-"""The collector's HTTP API: ingest, feedback, stats, health.
+"""The collector's HTTP API: ingest, feedback (by trajectory id or captured response id), stats, the live
+signal per served version (`_live`), health.
 
 `POST /v1/trajectories` reads the body under a size cap (413 past it), refuses a declared
 non-JSON media type or a compressed body (415), validates it as a `TrajectoryBatch` (422 naming
@@ -31,7 +32,7 @@ from sdk import Feedback, IngestResult, TrajectoryBatch
 from . import _defaults
 from ._db import Store, open_store
 from ._settings import CollectorSettings
-from .errors import StorageError, UnknownTrajectoryError
+from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -40,7 +41,7 @@ class FeedbackResult(BaseModel):
     """Response of `POST /v1/feedback`."""
 
     id: int
-    trajectory_id: str
+    trajectory_id: str | None
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -225,13 +226,21 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         openapi_extra={"requestBody": feedback_schema},
     )
     async def feedback(request: Request) -> Any:
-        """Join late user feedback to a stored trajectory (404 if the id is unknown)."""
+        """Join late user feedback to a stored trajectory, named by its id or by a captured completion's
+        `response_id` (404 if unknown)."""
         fb = await read_body(request, Feedback, "feedback")
         if isinstance(fb, JSONResponse):
             return fb
         try:
+            if fb.trajectory_id is None:  # resolved here too, for the response; add_feedback re-checks
+                assert fb.response_id is not None
+                tid = await run_in_threadpool(the_store.resolve_response, fb.response_id)
+                if tid is None:
+                    raise UnknownResponseError(fb.response_id)
+                fb = Feedback(trajectory_id=tid, rating=fb.rating, correction=fb.correction, text=fb.text,
+                              key_id=fb.key_id)
             fid = await run_in_threadpool(the_store.add_feedback, fb)
-        except UnknownTrajectoryError as e:
+        except (UnknownTrajectoryError, UnknownResponseError) as e:
             raise HTTPException(status_code=404, detail=str(e)) from e
         return FeedbackResult(id=fid, trajectory_id=fb.trajectory_id)
 
@@ -255,6 +264,8 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         return JSONResponse({"status": "ok", "database": the_store.dialect})
 
     from ._dashboard import dashboard_router
+    from ._live import live_router
 
     app.include_router(dashboard_router(settings, the_store, langfuse))
+    app.include_router(live_router(the_store, require_key))
     return app

@@ -34,10 +34,10 @@ from sqlmodel import Field, Session, SQLModel, select
 
 from sdk import Feedback, IngestResult, Trajectory
 
-from . import _defaults
+from . import _capture_rows, _defaults
 from ._anonymize import Anonymizer, anonymize_text, default_anonymizer
 from ._score import SOURCES, score_sql, score_trajectory
-from .errors import ConfigError, MigrationError, StorageError, UnknownTrajectoryError
+from .errors import ConfigError, MigrationError, StorageError, UnknownResponseError, UnknownTrajectoryError
 
 _MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
@@ -102,6 +102,16 @@ class FeedbackRow(_CollectorModel, table=True):
     correction: str | None = Field(default=None, sa_type=sa.Text)
     text: str | None = Field(default=None, sa_type=sa.Text)
     created_at: datetime = Field(sa_type=sa.DateTime())
+    key_id: str | None = Field(default=None, sa_type=sa.String(64), description="the gateway API key that sent it")
+
+
+class ResponseIdRow(_CollectorModel, table=True):
+    """A captured completion's id -> the trajectory holding it (from `metadata.response_ids`, `_capture_rows`)."""
+
+    __tablename__ = "response_ids"
+
+    response_id: str = Field(sa_type=sa.String(256), primary_key=True)
+    trajectory_id: str = Field(sa_type=sa.String(128), index=True)
 
 
 class ScoreModelRow(_CollectorModel, table=True):
@@ -393,25 +403,29 @@ class Store:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _insert(self) -> Any:
+    def _insert(self, table: Any = None) -> Any:
         if self.dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert
         elif self.dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             raise StorageError(f"unsupported database dialect {self.dialect!r}: use SQLite or PostgreSQL")
-        return insert(TrajectoryRow)
+        return insert(TrajectoryRow if table is None else table)
 
     def add_trajectories(self, trajectories: Sequence[Trajectory], *, anonymize: bool = True) -> IngestResult:
         """Anonymize, score and store `trajectories` in one transaction, idempotently by id.
 
         Ids already stored (or repeated within the batch) count as duplicates and are not
-        rewritten: within a batch the first occurrence wins. Ids already stored are looked up
-        first and skip the anonymizer (a client retrying a batch costs one indexed read). The
-        whole batch commits in one transaction before this returns, so a caller that got the
-        result back (an HTTP 200) holds a durable acknowledgement, and a crash before the commit
-        leaves none of the batch behind. `anonymize=False` is only for data that was anonymized
-        already.
+        rewritten: within a batch the first occurrence wins. The one exception is a revisable
+        trajectory (a session the gateway captured, which grows with every exchange and is re-sent
+        under the same id, see `_capture_rows`): one with more messages than the stored row replaces
+        it (its feedback stays joined, its score is recomposed with it) and counts as accepted. Ids
+        already stored are looked up first and skip the anonymizer (a client retrying a batch costs
+        one indexed read). The whole batch commits in one transaction before this returns, so a
+        caller that got the result back (an HTTP 200) holds a durable acknowledgement, and a crash
+        before the commit leaves none of the batch behind. `anonymize=False` is only for data that
+        was anonymized already. The ids listed in `metadata.response_ids` are linked to the
+        trajectory so that feedback can name them (`add_feedback`).
 
         Returns:
             `IngestResult` with `ids` listing every id of the batch, in order (all are now stored).
@@ -421,28 +435,42 @@ class Store:
             return IngestResult(accepted=0, duplicates=0, ids=[])
         unique: dict[str, Trajectory] = {}
         for t in trajectories:
-            unique.setdefault(t.id, t)
+            kept = unique.get(t.id)
+            if kept is None or (_capture_rows.revisable(t) and len(t.messages) > len(kept.messages)):
+                unique[t.id] = t  # of a session's revisions in one batch, the longest
+        t_ = TrajectoryRow
         try:
             with self.engine.connect() as conn:
-                q = sa.select(TrajectoryRow.id).where(TrajectoryRow.id.in_(list(unique)))  # type: ignore[attr-defined]
-                stored = set(conn.execute(q).scalars())
+                q = sa.select(t_.id, t_.n_messages).where(t_.id.in_(list(unique)))  # type: ignore[attr-defined]
+                stored = dict(conn.execute(q).tuples().all())
         except sa.exc.SQLAlchemyError as e:
             raise StorageError(f"could not store {len(ids)} trajectories: {_short(e)}") from e
         now = utcnow()
         rows = [self._row(t, now, anonymize) for tid, t in unique.items() if tid not in stored]
+        grown = [self._row(t, now, anonymize) for tid, t in unique.items()
+                 if tid in stored and _capture_rows.revisable(t) and len(t.messages) > stored[tid]]
         inserted: set[str] = set()
-        if rows:
+        replaced: list[str] = []
+        if rows or grown:
             # One multi-row INSERT .. ON CONFLICT DO NOTHING .. RETURNING (SQLAlchemy's
             # insertmanyvalues); a concurrent request that stored an id in between is a duplicate.
             stmt = self._insert().on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
             try:
                 with self.engine.begin() as conn:
-                    inserted = set(conn.execute(stmt, rows).scalars().all())
+                    if rows:
+                        inserted = set(conn.execute(stmt, rows).scalars().all())
+                    if grown:
+                        replaced = _capture_rows.replace_grown(conn, grown)
+                        conn.execute(self._recompose(t_.id.in_(replaced), with_rating=True))  # type: ignore[attr-defined]
+                    _capture_rows.link_responses(conn, self._insert(ResponseIdRow),
+                                                 [unique[i] for i in (*inserted, *replaced)])
             except sa.exc.SQLAlchemyError as e:
                 raise StorageError(f"could not store {len(ids)} trajectories: {_short(e)}") from e
-            if self.listeners and inserted:
-                self._notify("trajectories", [r for r in rows if r["id"] in inserted])
-        return IngestResult(accepted=len(inserted), duplicates=len(ids) - len(inserted), ids=ids)
+            if self.listeners and (inserted or replaced):
+                done = inserted | set(replaced)
+                self._notify("trajectories", [r for r in rows + grown if r["id"] in done])
+        accepted = len(inserted) + len(replaced)
+        return IngestResult(accepted=accepted, duplicates=len(ids) - accepted, ids=ids)
 
     def _row(self, t: Trajectory, now: datetime, anonymize: bool) -> dict[str, Any]:
         pii: dict[str, int] = {}
@@ -470,30 +498,43 @@ class Store:
             "pii": json.dumps(pii, sort_keys=True) if pii else None,
         }
 
+    def resolve_response(self, response_id: str) -> str | None:
+        """The id of the trajectory holding the captured completion `response_id`, or None."""
+        with self.engine.connect() as conn:
+            return _capture_rows.resolve(conn, response_id)
+
     def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> int:
-        """Store feedback for a stored trajectory; returns the feedback row id.
+        """Store feedback for a stored trajectory (named by its id, or by a captured completion's
+        `response_id`); returns the feedback row id.
 
         Raises:
             UnknownTrajectoryError: the trajectory id is not stored.
+            UnknownResponseError: no stored trajectory holds that response id.
         """
         correction, text = fb.correction, fb.text
         if anonymize:  # one replacement map for both, like the strings of one trajectory
             correction, text = self.anonymizer.strings(correction, text)
         t, f = TrajectoryRow, FeedbackRow
+        target = fb.trajectory_id
         try:
             # Read-then-write in one transaction: on SQLite it must hold the write lock from the
             # start (IMMEDIATE), or a batch committed by ingest between the two fails the insert
             # with "database is locked" at once (a third of feedback under load, measured).
             with self.engine.connect() as conn, conn.execution_options(sqlite_immediate=True).begin():
-                if conn.execute(sa.select(t.id).where(t.id == fb.trajectory_id)).first() is None:
-                    raise UnknownTrajectoryError(fb.trajectory_id)
-                values = {"trajectory_id": fb.trajectory_id, "rating": fb.rating, "correction": correction, "text": text,
-                          "created_at": utcnow()}
+                if target is None:
+                    assert fb.response_id is not None  # Feedback validates: exactly one of the two
+                    target = _capture_rows.resolve(conn, fb.response_id)
+                    if target is None:
+                        raise UnknownResponseError(fb.response_id)
+                if conn.execute(sa.select(t.id).where(t.id == target)).first() is None:
+                    raise UnknownTrajectoryError(target)
+                values = {"trajectory_id": target, "rating": fb.rating, "correction": correction, "text": text,
+                          "created_at": utcnow(), "key_id": fb.key_id}
                 fid = int(conn.execute(sa.insert(f).values(**values).returning(f.id)).scalar_one())
                 # The same transaction recomposes the trajectory's score with the new rating.
-                conn.execute(self._recompose(t.id == fb.trajectory_id, with_rating=True))
+                conn.execute(self._recompose(t.id == target, with_rating=True))
         except sa.exc.SQLAlchemyError as e:
-            raise StorageError(f"could not store feedback for trajectory {fb.trajectory_id!r}: {_short(e)}") from e
+            raise StorageError(f"could not store feedback for trajectory {target!r}: {_short(e)}") from e
         if self.listeners:
             self._notify("feedback", values | {"id": fid})
         return fid
@@ -614,6 +655,7 @@ class Store:
                     # A trajectory and its feedback go together, in one short transaction.
                     with writer.begin():
                         n_f += writer.execute(sa.delete(f).where(f.trajectory_id.in_(ids))).rowcount  # type: ignore[attr-defined]
+                        writer.execute(sa.delete(ResponseIdRow).where(ResponseIdRow.trajectory_id.in_(ids)))  # type: ignore[attr-defined]
                         n_t += writer.execute(sa.delete(t).where(t.id.in_(ids))).rowcount  # type: ignore[attr-defined]
             finally:
                 if sqlite:

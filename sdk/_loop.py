@@ -210,6 +210,8 @@ class _Episode:
             return "env_error"
         self.messages.append(Message(role="user", content=first))
         tools = _tools_of(self.env)
+        if tools:  # what the model was given: SFT renders the same tools into the prompt it trains on
+            self.meta.setdefault("tools", tools)
         for turn_no in range(ctx.budget.max_steps):
             left = self._left_s()
             if left is not None and left <= 0:

@@ -1,6 +1,7 @@
 """`looplift server ...`: start vLLM + the gateway, and drive the admin API.
 
-Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
+Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`,
+`canary`.
 Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
 a table or `--json`, and on error print the message (no traceback) and exit 1.
 This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
@@ -8,6 +9,7 @@ This module only parses flags and prints; the work is in `_vllm`, `_serve` and `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -22,6 +24,7 @@ from sdk.infra import Shutdown, shutdown_on_signals
 
 from . import _defaults as D
 from ._admin import AdminClient
+from ._canary import CanaryView
 from ._models import SwapResult, VersionInfo, VersionsView
 from .errors import ServerError
 
@@ -62,27 +65,47 @@ def start(
     max_lora_rank: int = typer.Option(D.MAX_LORA_RANK, "--max-lora-rank", help="vLLM --max-lora-rank."),
     kv_cache_gib: float = typer.Option(D.CPU_KVCACHE_GIB, "--kv-cache-gib", help="VLLM_CPU_KVCACHE_SPACE (CPU only)."),
     timeout: float = typer.Option(D.VLLM_START_TIMEOUT_S, "--timeout", help="Seconds to wait for vLLM to be healthy."),
+    tool_call_parser: str = typer.Option(D.TOOL_CALL_PARSER, "--tool-call-parser",
+                                         help="vLLM tool-call parser (hermes, pythonic, llama3_json, mistral, ...); "
+                                              "'auto' reads it from the model's chat template, 'none' turns it off."),
+    capture: bool = typer.Option(False, "--capture", help="Capture every chat exchange into the collector "
+                                                          "(needs --collector-url or $LOOPLIFT_COLLECTOR_URL)."),
+    collector_url: Optional[str] = typer.Option(None, "--collector-url",
+                                                help="Collector for capture, feedback and canaries (key: "
+                                                     "$LOOPLIFT_COLLECTOR_KEY or $LOOPLIFT_HOME/collector.key)."),
+    insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys."),
 ) -> None:
     """Start vLLM and the gateway in the foreground; Ctrl-C or SIGTERM stops both."""
+    from ._auth import check_bind
     from ._settings import GatewaySettings, version_name
     from ._vllm import VLLMConfig
 
-    settings = _run(lambda: GatewaySettings.from_env(alias=alias, max_lora_rank=max_lora_rank))
+    overrides: dict[str, Any] = {"alias": alias, "max_lora_rank": max_lora_rank}
+    if collector_url:
+        overrides["collector_url"] = collector_url
+    settings = _run(lambda: GatewaySettings.from_env(**overrides))
+    if capture:
+        settings = dataclasses.replace(settings, capture=True)
+    if (settings.capture or settings.capture_key_ids) and not settings.collector_url:
+        err.print("[red]error:[/red] --capture needs a collector: pass --collector-url or set $LOOPLIFT_COLLECTOR_URL")
+        raise typer.Exit(2)
+    _run(lambda: check_bind(host, settings.api_keys, insecure=insecure))  # before the ~40 s of vLLM
     cfg = VLLMConfig(
         model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
         max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
+        tool_call_parser=None if tool_call_parser == "none" else tool_call_parser,
     )
     # From the first line: SIGTERM (a supervisor), SIGINT (Ctrl-C, also when a shell started us in the
     # background with SIGINT ignored) and SIGHUP raise `Shutdown` here, during vLLM's start included, and
     # the `with` blocks below stop the gateway and vLLM's whole process group on the way out.
     with shutdown_on_signals():
         try:
-            _serve(settings, cfg, host, port, alias)
+            _serve(settings, cfg, host, port, alias, insecure)
         except Shutdown as s:
             out.print(f"stopped ({s})")
 
 
-def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str) -> None:
+def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str, insecure: bool = False) -> None:
     from ._serve import start_gateway_in_thread
     from ._settings import looplift_home
     from ._vllm import start_vllm
@@ -94,7 +117,7 @@ def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str) -> None:
         out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
         died = threading.Event()
         vllm.start_watchdog(on_death=lambda e: died.set())
-        with _run(lambda: start_gateway_in_thread(settings, vllm.url, host, port)) as gw:
+        with _run(lambda: start_gateway_in_thread(settings, vllm.url, host, port, insecure=insecure)) as gw:
             out.print(f"gateway at {gw.url}/v1  (alias [bold]{alias}[/bold] -> {gw.app.state.registry.serving})")
             out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
             while not died.wait(0.5):
@@ -155,6 +178,38 @@ def promote(
 def rollback(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
     """Serve the previously serving version again."""
     _emit(_run(lambda: AdminClient(url, token).rollback()), as_json, _swap)
+
+
+def _canary_view(v: CanaryView) -> None:
+    if v.canary:
+        c = v.canary
+        out.print(f"canary [bold]{c['version']}[/bold]: {c['fraction']:.0%} of the traffic (serving {c['serving']}, "
+                  f"since {c['started_at']})")
+    else:
+        out.print("no canary running")
+    if v.watch:
+        out.print(f"watching {v.watch['version']} (vs {v.watch['previous']}) until {v.watch['until']}")
+    for d in v.decisions[-10:]:
+        out.print(f"{d.at:%Y-%m-%d %H:%M:%S} {d.kind} {d.action} {d.version} (vs {d.against}): {d.reason}")
+
+
+@app.command()
+def canary(
+    version: Optional[str] = typer.Argument(None, help="Version to send a fraction of the alias's traffic to "
+                                                       "(omit to show the canary and its decisions)."),
+    fraction: float = typer.Option(0.1, "--fraction", help="Share of the alias's requests the canary answers."),
+    stop: bool = typer.Option(False, "--stop", help="Drop the running canary now."),
+    url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON,
+) -> None:
+    """Canary a version on live traffic: the gateway promotes it or drops it on its live signal, and after any
+    promotion rolls back automatically if the live signal falls. Every decision is listed with its figures."""
+    def call() -> CanaryView:
+        client = AdminClient(url, token)
+        if stop:
+            return client.canary_stop()
+        return client.canary(version, fraction) if version else client.canary_status()
+
+    _emit(_run(call), as_json, _canary_view)
 
 
 def main() -> None:

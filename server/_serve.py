@@ -10,6 +10,7 @@ from __future__ import annotations
 from sdk.infra import ServerThread, ServerThreadError, start_server_thread
 
 from . import _defaults as D
+from ._auth import check_bind
 from ._gateway import Gateway, create_gateway
 from ._settings import GatewaySettings
 from .errors import GatewayStartError
@@ -35,8 +36,12 @@ def start_gateway_in_thread(
     *,
     start_timeout_s: float = 30.0,
     log_level: str = "warning",
+    insecure: bool = False,
 ) -> GatewayHandle:
-    """Start the gateway for the vLLM at `vllm_url` on `host:port` (0 = a free port) and wait until it serves."""
+    """Start the gateway for the vLLM at `vllm_url` on `host:port` (0 = a free port) and wait until it serves.
+    A non-loopback `host` without API keys is refused (`InsecureBindError`, see `_auth.check_bind`) unless
+    `insecure`."""
+    check_bind(host, settings.api_keys, insecure=insecure)
     app = create_gateway(settings, vllm_url)
     try:
         thread = start_server_thread(app, host, port, name="gateway", start_timeout_s=start_timeout_s,

@@ -1,7 +1,8 @@
 """Gateway settings and the state-directory / admin-token helpers.
 
-`GatewaySettings` is the gateway's whole stable configuration; `from_env()` builds it from
-`LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN` and `LOOPLIFT_API_KEYS`. This module does not start anything
+`GatewaySettings` is the gateway's whole stable configuration (`CanaryConfig` its canary part);
+`from_env()` builds it from `LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN`, `LOOPLIFT_API_KEYS` and the capture and
+collector variables. This module does not start anything
 and does not talk to vLLM.
 """
 
@@ -52,6 +53,33 @@ def valid_name(name: str) -> bool:
 
 
 @dataclass(frozen=True)
+class CanaryConfig:
+    """How the gateway decides a canary and watches a promotion on live signal (`_canary`)."""
+
+    #: Episodes with a signal (a verifier outcome, else a user rating) each side needs before a decision.
+    min_episodes: int = D.CANARY_MIN_EPISODES
+    #: One-sided significance for "the candidate is worse" (two-proportion z-test): below it, the canary is
+    #: dropped, or a watched promotion rolled back.
+    alpha: float = D.CANARY_ALPHA
+    #: A canary without enough signal after this many seconds is dropped (the serving version stays).
+    max_s: float = D.CANARY_MAX_S
+    #: After a promotion, watch the live signal this many seconds and roll back if it falls (0: no watch).
+    watch_s: float = D.WATCH_S
+    #: Seconds between two reads of the live signal.
+    poll_s: float = D.CANARY_POLL_S
+    #: Only this app's trajectories count (None: every app).
+    app: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.min_episodes < 1:
+            raise ValueError(f"canary min_episodes must be >= 1, got {self.min_episodes}")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"canary alpha must be in (0, 1), got {self.alpha}")
+        if self.max_s <= 0 or self.watch_s < 0 or self.poll_s <= 0:
+            raise ValueError("canary max_s and poll_s must be > 0 and watch_s >= 0")
+
+
+@dataclass(frozen=True)
 class GatewaySettings:
     """Stable configuration of the gateway. Build it with `GatewaySettings.from_env()` in applications."""
 
@@ -68,6 +96,20 @@ class GatewaySettings:
     request_timeout_s: float = D.REQUEST_TIMEOUT_S
     #: Largest LoRA rank vLLM was started with (`--max-lora-rank`); bigger adapters are refused up front.
     max_lora_rank: int = D.MAX_LORA_RANK
+    #: Capture every `/v1/chat/completions` exchange as collector data (`_capture`); needs a collector.
+    capture: bool = False
+    #: Ids (`_auth.key_id`, `k-...`) of API keys whose traffic is captured even when `capture` is off.
+    capture_key_ids: frozenset[str] = frozenset()
+    #: App name of captured trajectories whose request has no `X-Looplift-App` header.
+    capture_app: str = D.CAPTURE_APP
+    #: Captured exchanges waiting for the capture worker; beyond it they are dropped (and counted), not waited for.
+    capture_queue: int = D.CAPTURE_QUEUE
+    #: The collector's base URL (capture, feedback by response id, the canary's live signal); None: none.
+    collector_url: Optional[str] = None
+    #: The collector's ingest key (default `$LOOPLIFT_COLLECTOR_KEY` / `$LOOPLIFT_HOME/collector.key` in `from_env`).
+    collector_key: Optional[str] = field(default=None, repr=False)
+    #: Canary decisions and the watch after a promotion.
+    canary: CanaryConfig = field(default_factory=CanaryConfig)
 
     def __post_init__(self) -> None:
         if not self.admin_token:
@@ -81,23 +123,38 @@ class GatewaySettings:
         return version_name(self.alias, 0)
 
     @property
+    def capture_spool_dir(self) -> Path:
+        """Where captured trajectories wait while the collector is unreachable."""
+        return self.state_dir / D.CAPTURE_SPOOL_SUBDIR
+
+    @property
     def registry_path(self) -> Path:
         """Where the registry is persisted."""
         return self.state_dir / D.REGISTRY_FILE
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "GatewaySettings":
-        """Settings from `LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN` (generated and stored if unset) and
-        `LOOPLIFT_API_KEYS` (comma-separated); keyword arguments override any field."""
+        """Settings from `LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN` (generated and stored if unset),
+        `LOOPLIFT_API_KEYS` (comma-separated), `LOOPLIFT_CAPTURE` (1/true), `LOOPLIFT_CAPTURE_KEYS` (key ids,
+        comma-separated), `LOOPLIFT_COLLECTOR_URL` and `LOOPLIFT_COLLECTOR_KEY` (else `$LOOPLIFT_HOME/collector.key`);
+        keyword arguments override any field."""
         home = looplift_home()
         values: dict[str, Any] = {
             "state_dir": home / D.STATE_SUBDIR,
-            "api_keys": tuple(k.strip() for k in os.environ.get(D.API_KEYS_ENV, "").split(",") if k.strip()),
+            "api_keys": _csv(os.environ.get(D.API_KEYS_ENV, "")),
+            "capture": os.environ.get(D.CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes", "on"),
+            "capture_key_ids": frozenset(_csv(os.environ.get(D.CAPTURE_KEYS_ENV, ""))),
+            "collector_url": os.environ.get(D.COLLECTOR_URL_ENV) or None,
+            "collector_key": read_secret(D.COLLECTOR_KEY_ENV, D.COLLECTOR_KEY_FILE, home),
         }
         if "admin_token" not in overrides:
             values["admin_token"] = ensure_admin_token(home)
         values.update(overrides)
         return cls(**values)
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(k.strip() for k in value.split(",") if k.strip())
 
 
 def version_name(alias: str, n: int) -> str:

@@ -4,6 +4,7 @@
     ├── VLLMStartError               vLLM exited or never became healthy (carries command + log tail)
     ├── VLLMDiedError                the watchdog saw a running vLLM exit
     ├── GatewayStartError            the gateway thread could not bind or start
+    │   └── InsecureBindError        a non-loopback address without API keys (and without --insecure)
     ├── AdminTokenMissingError       an admin command found no token to send
     ├── AdminAuthError               401 from the admin API (missing or wrong token)
     ├── AdapterInvalidError          400: an adapter directory failed validation (names the problem)
@@ -11,6 +12,7 @@
     ├── InvalidNameError             400: a requested version name has characters not allowed
     ├── VersionExistsError           409: a version with that name already exists
     ├── NothingToRollBackError       409: no previous serving version
+    ├── CanaryError                  409: a canary cannot start (serving version, no collector, bad fraction)
     └── UpstreamError                vLLM refused or failed an operation (carries its message)
 
 Server-side errors carry `http_status` (what the gateway answers) and `code` (the OpenAI-style
@@ -75,6 +77,19 @@ class GatewayStartError(ServerError):
     """The gateway's uvicorn server failed to start."""
 
     code = "gateway_start_failed"
+
+
+class InsecureBindError(GatewayStartError):
+    """The gateway would serve (and learn from) anyone on the network without an API key."""
+
+    code = "insecure_bind"
+
+
+class CanaryError(ServerError):
+    """A canary request cannot be honoured (no such version, it is serving, a bad fraction, no collector)."""
+
+    http_status = 409
+    code = "canary_refused"
 
 
 class AdminTokenMissingError(ServerError):

@@ -8,7 +8,7 @@ Cron, a Kubernetes CronJob, `trainer schedule` and the demo call the same functi
     4. train     `TrainStep.train` -> a LoRA adapter (the only algorithm-specific stage)
     5. load      the adapter into the gateway as a new, unserved version (refused -> PublishError)
     6. gate      candidate and serving version on the app's eval suite, same tasks and seeds (`_gate`)
-    7. promote   only if the gate says so
+    7. promote   only if the gate says so (or, with `canary`, start a canary the gateway decides on live)
 
 A run's state lives in `<runs>/<run_id>/` (see `_runs`): the resolved config, the data, the adapter and
 `result.json`, written last with the status, the reason and every gate figure. A stop request (SIGTERM,
@@ -69,6 +69,12 @@ class JobConfig:
     """The train step: a name in `TRAIN_STEPS` or `PKG.MODULE:ATTR`."""
     min_reward: float = D.MIN_REWARD
     """Rejection sampling: only trajectories with at least this reward are trained on."""
+    min_score: Optional[float] = None
+    """Instead of `min_reward`: only trajectories whose final score (verifier reward and/or user ratings, see
+    `collector._score`) is at least this — what an app judged by its users' feedback trains on."""
+    canary: Optional[float] = None
+    """When the gate passes, do not promote: start a canary with this share of the alias's traffic; the gateway
+    promotes or drops it on its live signal (`server._canary`)."""
     min_examples: int = D.MIN_EXAMPLES
     """Skip the run when fewer examples are exported."""
     holdout: Optional[float] = None
@@ -88,7 +94,8 @@ class JobResult:
 
     run_id: str
     status: str
-    """"promoted", "rejected" (the gate said no), "skipped", "interrupted" or "failed"."""
+    """"promoted", "canary" (the gate said yes; the gateway decides on live traffic), "rejected" (the gate said
+    no), "skipped", "interrupted" or "failed"."""
     reason: str
     trigger: str = "manual"
     algo: str = D.ALGO
@@ -275,6 +282,12 @@ class _Run:
                                                                                  "serving": serv.errors}})
         if not decision.promote:
             return dataclasses.replace(self.partial, status="rejected", reason=decision.reason)
+        if cfg.canary is not None:
+            self._enter(f"starting a canary of {candidate} at {cfg.canary:.0%}")
+            admin.canary(candidate, cfg.canary)
+            return dataclasses.replace(self.partial, status="canary", reason=(
+                f"{decision.reason}; canary at {cfg.canary:.0%} of the traffic: the gateway promotes or drops it on "
+                "its live signal (`looplift server canary`)"))
         self._enter(f"promoting {candidate}")
         with self.token.critical(), (self.around_promote() if self.around_promote else contextlib.nullcontext()):
             admin.promote(candidate)
