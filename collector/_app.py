@@ -1,5 +1,4 @@
-"""The collector's HTTP API: ingest, feedback (by trajectory id or captured response id), stats, the live
-signal per served version (`_live`), health.
+"""The collector's HTTP API: ingest, feedback (by trajectory id or captured response id), stats, health.
 
 `POST /v1/trajectories` reads the body under a size cap (413 past it), refuses a declared
 non-JSON media type or a compressed body (415), validates it as a `TrajectoryBatch` (422 naming
@@ -264,8 +263,6 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         return JSONResponse({"status": "ok", "database": the_store.dialect})
 
     from ._dashboard import dashboard_router
-    from ._live import live_router
 
     app.include_router(dashboard_router(settings, the_store, langfuse))
-    app.include_router(live_router(the_store, require_key))
     return app

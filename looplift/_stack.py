@@ -6,7 +6,7 @@ manager: each part is stopped on the way out, in reverse order, however the bloc
 error propagates, so no vLLM is left running by a half-started stack. vLLM runs tied to this process
 (`sdk.infra.spawn_tied`), so even a SIGKILL, which runs no `with` or `finally`, leaves no vLLM behind; the
 gateway and the collector are threads and go with the process. The gateway is connected to the collector
-once both run (capture, feedback by response id and the canary read it); the collector is stopped first,
+once both run (capture and feedback by response id use it); the collector is stopped first,
 so capture spools what it could not deliver.
 
 Deliberately not here: building the base model (`trainer`), choosing sandboxes, training. Imports of the
@@ -86,7 +86,7 @@ class Stack:
                                                              "admin_token": SecretStr(cfg.gateway.admin_token)})
                 self.collector = serve_in_thread(collector, cfg.host, cfg.collector_port)
                 self._exit.callback(self.collector.stop)
-                # Capture, feedback by response id and the canary's live signal talk to this collector.
+                # Capture and feedback by response id talk to this collector.
                 self.gateway.app.connect_collector(self.collector.url,
                                                    collector.api_keys[0] if collector.api_keys else None)
         except BaseException:

@@ -7,18 +7,16 @@ Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `loo
 
 from ._admin import AdminClient
 from ._auth import check_bind, key_id
-from ._canary import CanaryView, Decision
 from ._gateway import create_gateway
 from ._models import HistoryEvent, SwapResult, VersionInfo, VersionsView
 from ._serve import GatewayHandle, start_gateway_in_thread
-from ._settings import CanaryConfig, GatewaySettings
+from ._settings import GatewaySettings
 from ._validate import validate_adapter
 from ._vllm import VLLMConfig, VLLMServer, start_vllm
 from .errors import (
     AdapterInvalidError,
     AdminAuthError,
     AdminTokenMissingError,
-    CanaryError,
     GatewayStartError,
     InsecureBindError,
     InvalidNameError,
@@ -36,10 +34,6 @@ __all__ = [
     "AdminAuthError",
     "AdminClient",
     "AdminTokenMissingError",
-    "CanaryConfig",
-    "CanaryError",
-    "CanaryView",
-    "Decision",
     "GatewayHandle",
     "GatewaySettings",
     "GatewayStartError",

@@ -7,19 +7,17 @@ It does not retry: a publish step should fail loudly and be re-run.
 
 from __future__ import annotations
 
-from typing import Any, Optional, TypeVar
+from typing import Optional, TypeVar
 
 import httpx
 from pydantic import BaseModel
 
 from . import _defaults as D
-from ._canary import CanaryView
 from ._models import SwapResult, VersionInfo, VersionsView
 from ._settings import require_admin_token
 from .errors import (
     AdapterInvalidError,
     AdminAuthError,
-    CanaryError,
     InvalidNameError,
     NothingToRollBackError,
     ServerError,
@@ -70,18 +68,6 @@ class AdminClient:
         """Serve the previously serving version again."""
         return self._call("POST", "/admin/rollback", SwapResult, {})
 
-    def canary(self, version: str, fraction: float) -> CanaryView:
-        """Send `fraction` of the alias's requests to `version`; the gateway promotes or drops it on live signal."""
-        return self._call("POST", "/admin/canary", CanaryView, {"version": version, "fraction": fraction})
-
-    def canary_status(self) -> CanaryView:
-        """The running canary, the watch after the last promotion, and the decisions so far."""
-        return self._call("GET", "/admin/canary", CanaryView)
-
-    def canary_stop(self) -> CanaryView:
-        """Drop the running canary (the serving version keeps serving)."""
-        return self._call("DELETE", "/admin/canary", CanaryView)
-
     def close(self) -> None:
         """Close the connection pool."""
         self._client.close()
@@ -92,7 +78,7 @@ class AdminClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, model: type[T], body: Optional[dict[str, Any]] = None) -> T:
+    def _call(self, method: str, path: str, model: type[T], body: Optional[dict[str, str]] = None) -> T:
         try:
             r = self._client.request(method, path, json=body)
         except httpx.HTTPError as e:
@@ -115,7 +101,6 @@ _BY_CODE: dict[str, type[ServerError]] = {
     "invalid_adapter": AdapterInvalidError,
     "invalid_version_name": InvalidNameError,
     "upstream_error": UpstreamError,
-    "canary_refused": CanaryError,
 }
 
 

@@ -1,7 +1,6 @@
 """`looplift server ...`: start vLLM + the gateway, and drive the admin API.
 
-Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`,
-`canary`.
+Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
 Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
 a table or `--json`, and on error print the message (no traceback) and exit 1.
 This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
@@ -24,7 +23,6 @@ from sdk.infra import Shutdown, shutdown_on_signals
 
 from . import _defaults as D
 from ._admin import AdminClient
-from ._canary import CanaryView
 from ._models import SwapResult, VersionInfo, VersionsView
 from .errors import ServerError
 
@@ -71,7 +69,7 @@ def start(
     capture: bool = typer.Option(False, "--capture", help="Capture every chat exchange into the collector "
                                                           "(needs --collector-url or $LOOPLIFT_COLLECTOR_URL)."),
     collector_url: Optional[str] = typer.Option(None, "--collector-url",
-                                                help="Collector for capture, feedback and canaries (key: "
+                                                help="Collector for capture and feedback (key: "
                                                      "$LOOPLIFT_COLLECTOR_KEY or $LOOPLIFT_HOME/collector.key)."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys."),
 ) -> None:
@@ -178,38 +176,6 @@ def promote(
 def rollback(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
     """Serve the previously serving version again."""
     _emit(_run(lambda: AdminClient(url, token).rollback()), as_json, _swap)
-
-
-def _canary_view(v: CanaryView) -> None:
-    if v.canary:
-        c = v.canary
-        out.print(f"canary [bold]{c['version']}[/bold]: {c['fraction']:.0%} of the traffic (serving {c['serving']}, "
-                  f"since {c['started_at']})")
-    else:
-        out.print("no canary running")
-    if v.watch:
-        out.print(f"watching {v.watch['version']} (vs {v.watch['previous']}) until {v.watch['until']}")
-    for d in v.decisions[-10:]:
-        out.print(f"{d.at:%Y-%m-%d %H:%M:%S} {d.kind} {d.action} {d.version} (vs {d.against}): {d.reason}")
-
-
-@app.command()
-def canary(
-    version: Optional[str] = typer.Argument(None, help="Version to send a fraction of the alias's traffic to "
-                                                       "(omit to show the canary and its decisions)."),
-    fraction: float = typer.Option(0.1, "--fraction", help="Share of the alias's requests the canary answers."),
-    stop: bool = typer.Option(False, "--stop", help="Drop the running canary now."),
-    url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON,
-) -> None:
-    """Canary a version on live traffic: the gateway promotes it or drops it on its live signal, and after any
-    promotion rolls back automatically if the live signal falls. Every decision is listed with its figures."""
-    def call() -> CanaryView:
-        client = AdminClient(url, token)
-        if stop:
-            return client.canary_stop()
-        return client.canary(version, fraction) if version else client.canary_status()
-
-    _emit(_run(call), as_json, _canary_view)
 
 
 def main() -> None:

@@ -1,17 +1,15 @@
-"""The gateway's HTTP link to the collector, for what is not capture: forwarding feedback, reading live signal.
+"""The gateway's HTTP link to the collector, for what is not capture: forwarding feedback.
 
 The server package never imports the collector (DESIGN.md's layers); it talks to the collector's HTTP API
-with the collector's ingest key, like any client: `POST /v1/feedback` (feedback by response id) and
-`GET /v1/live` (a served version's outcomes and ratings over a window, for the canary and the watch after a
-promotion). Captured trajectories go through the SDK's `CollectorClient` instead (`_capture`), which spools
-them while the collector is down; feedback is not spooled: the client is told to retry (503).
+with the collector's ingest key, like any client: `POST /v1/feedback` (feedback by response id). Captured
+trajectories go through the SDK's `CollectorClient` instead (`_capture`), which spools them while the
+collector is down; feedback is not spooled: the client is told to retry (503).
 
 Deliberately not here: retries (callers decide), anything on the request path.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Optional
 
 import httpx
@@ -48,19 +46,3 @@ class CollectorLink:
     async def feedback(self, body: dict[str, Any]) -> httpx.Response:
         """`POST /v1/feedback`; the collector's answer (200, 404 for an unknown id, 422 for a bad body)."""
         return await self._call("POST", "/v1/feedback", json=body)
-
-    async def live(self, version: str, since: Optional[datetime] = None, until: Optional[datetime] = None,
-                   app: Optional[str] = None) -> dict[str, Any]:
-        """`GET /v1/live`: episodes, outcomes and ratings of `version` in [since, until)."""
-        params = {"version": version}
-        if since is not None:
-            params["since"] = since.isoformat()
-        if until is not None:
-            params["until"] = until.isoformat()
-        if app is not None:
-            params["app"] = app
-        r = await self._call("GET", "/v1/live", params=params)
-        if r.status_code != 200:
-            raise CollectorUnavailable(f"the collector refused /v1/live ({r.status_code}): {r.text[:300]}")
-        data: dict[str, Any] = r.json()
-        return data

@@ -25,7 +25,7 @@ API_KEYS_ENV = "LOOPLIFT_API_KEYS"
 #: Capture on (1/true), and the ids of API keys whose traffic is captured anyway (comma-separated `k-...`).
 CAPTURE_ENV = "LOOPLIFT_CAPTURE"
 CAPTURE_KEYS_ENV = "LOOPLIFT_CAPTURE_KEYS"
-#: The collector the gateway's capture, feedback and canary talk to, and its ingest key.
+#: The collector the gateway's capture and feedback talk to, and its ingest key.
 COLLECTOR_URL_ENV = "LOOPLIFT_COLLECTOR_URL"
 COLLECTOR_KEY_ENV = "LOOPLIFT_COLLECTOR_KEY"
 COLLECTOR_KEY_FILE = "collector.key"
@@ -79,13 +79,6 @@ CAPTURE_APP = "default"
 CAPTURE_QUEUE = 10_000
 #: Captured trajectories spool under `$LOOPLIFT_HOME/<STATE_SUBDIR>/<CAPTURE_SPOOL_SUBDIR>` while the collector is down.
 CAPTURE_SPOOL_SUBDIR = "capture-spool"
-
-# --- canary and the watch after a promotion ------------------------------------------------
-CANARY_MIN_EPISODES = 30
-CANARY_ALPHA = 0.05
-CANARY_MAX_S = 3600.0
-WATCH_S = 3600.0
-CANARY_POLL_S = 10.0
 
 #: Admin client default.
 GATEWAY_URL = f"http://{HOST}:{GATEWAY_PORT}"

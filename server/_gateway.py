@@ -10,11 +10,11 @@
   to straight from `Gateway.__call__` by path;
 * `api`: a FastAPI app for everything else — `GET /v1/models`, `/v1/models/{id}`, `POST /v1/feedback`
   (`_feedback`), `/health`, `/metrics`, and `/admin/*` (always behind the admin token: list, load, promote,
-  roll back, canary), and the lifespan (the registry is reconciled with vLLM at start, or at the first
-  request if vLLM was not answering then; the canary controller polls while the app runs);
+  roll back), and the lifespan (the registry is reconciled with vLLM at start, or at the first request if
+  vLLM was not answering then);
 * `keys` (`_auth.KeyRing`): the client API keys and their public ids;
 * with a collector (`connect_collector`): `capture` (`_capture`, hooked into `proxy`), `collector_link`
-  (feedback forwarding, live signal) and `canary` (`_canary`: canary decisions, the watch after a promotion).
+  (feedback forwarding).
 
 Replicas replace `upstream` with a pool that implements the same adapter calls (fanned out) and picks a
 replica per request.
@@ -39,7 +39,6 @@ from starlette.concurrency import run_in_threadpool
 
 from . import _defaults as D
 from ._auth import KeyRing, bearer_token
-from ._canary import CanaryController, CanaryRequest, CanaryView
 from ._capture import Capture
 from ._collector_link import CollectorLink
 from ._feedback import feedback_router
@@ -49,7 +48,7 @@ from ._proxy import ENDPOINTS, Proxy, Receive, Scope, Send, api_key_denied, erro
 from ._registry import Registry
 from ._settings import GatewaySettings
 from ._upstream import Upstream
-from .errors import AdminAuthError, CanaryError, ServerError, UpstreamError
+from .errors import AdminAuthError, ServerError, UpstreamError
 
 log = logging.getLogger("looplift.server.gateway")
 
@@ -64,16 +63,15 @@ class Gateway:
         self.registry = Registry(settings, self.upstream)
         self.metrics = GatewayMetrics(in_flight=self.registry.in_flight)
         self.proxy = Proxy(settings, self.registry, self.upstream, self.metrics, self.keys)
-        #: Capture (`_capture`) and the link to the collector (feedback, live signal); see `connect_collector`.
+        #: Capture (`_capture`) and the link to the collector (feedback); see `connect_collector`.
         self.capture: Optional[Capture] = None
         self.collector_link: Optional[CollectorLink] = None
-        self.canary = CanaryController(self.registry, lambda: self.collector_link, settings.canary)
         self.api = _control_api(self)
         if settings.collector_url:
             self.connect_collector(settings.collector_url, settings.collector_key)
 
     def connect_collector(self, url: str, key: Optional[str]) -> None:
-        """Use the collector at `url` (ingest key `key`) for capture, feedback and the canary's live signal.
+        """Use the collector at `url` (ingest key `key`) for capture and feedback by response id.
         Capture starts here when the settings ask for it (`capture` or `capture_key_ids`). Call once, before
         traffic (`looplift up` calls it when its collector has started, which is after the gateway)."""
         self.collector_link = CollectorLink(url, key)
@@ -111,11 +109,9 @@ def _control_api(gw: Gateway) -> FastAPI:
             await registry.ready()
         except ServerError as e:
             log.warning("registry not started yet (%s); will retry on the next request", e.message)
-        gw.canary.start()
         try:
             yield
         finally:
-            await gw.canary.stop()
             if gw.capture is not None:  # what is queued goes to the collector, or to the spool
                 await run_in_threadpool(gw.capture.close)
             if gw.collector_link is not None:
@@ -238,26 +234,5 @@ def _control_api(gw: Gateway) -> FastAPI:
         result = await (await registry.ready()).rollback()
         metrics.swapped("rollback", result.swap_ms)
         return result
-
-    @app.get("/admin/canary", dependencies=admin)
-    async def canary_view() -> CanaryView:
-        """The running canary, the watch after the last promotion, and every decision with its figures."""
-        return gw.canary.view()
-
-    @app.post("/admin/canary", dependencies=admin)
-    async def canary_start(req: CanaryRequest) -> CanaryView:
-        """Send `fraction` of the alias's requests to `version`; promoted or dropped on its live signal."""
-        if gw.collector_link is None:
-            raise CanaryError("a canary is judged on live signal from the collector, and this gateway has none "
-                              "configured: start it with `looplift up`, or give it a collector URL")
-        await (await registry.ready()).start_canary(req.version, req.fraction)
-        gw.canary.poke()
-        return gw.canary.view()
-
-    @app.delete("/admin/canary", dependencies=admin)
-    async def canary_stop() -> CanaryView:
-        """Drop the running canary now (recorded as a decision); the serving version keeps serving."""
-        await (await registry.ready()).end_canary(False, "stopped by an operator")
-        return gw.canary.view()
 
     return app

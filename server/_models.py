@@ -7,7 +7,7 @@ are vLLM's and are forwarded as they are.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,12 +33,10 @@ class HistoryEvent(BaseModel):
     """One entry of the registry's audit trail."""
 
     at: datetime
-    action: Literal["load", "promote", "rollback", "unload", "restore", "canary", "auto_rollback"]
+    action: Literal["load", "promote", "rollback", "unload", "restore"]
     version: str
     previous: Optional[str] = None
     detail: Optional[str] = None
-    #: The figures a decision was taken on (canary and watch decisions: each side's counts, rates, p-value).
-    figures: Optional[dict[str, Any]] = None
 
 
 class VersionsView(BaseModel):

@@ -16,8 +16,7 @@ during a stream ends the upstream request too, so vLLM stops generating for nobo
 
 Capture (`_capture`, when on for the request's key) hooks in at three points: `begin` before forwarding
 (the already parsed request fields, the `X-Looplift-*` headers), the relay appending the answer's bytes,
-and `finish` at `_exchange`'s end, which only queues the exchange for the capture worker. During a canary
-the `X-Looplift-Session` header is the routing key that keeps a conversation on one version.
+and `finish` at `_exchange`'s end, which only queues the exchange for the capture worker.
 Several vLLM replicas replace the one `Upstream` with a pool that picks a replica for the lease's version.
 Deliberately not here: admin, health, models and metrics routes (`_gateway`), version bookkeeping
 (`_registry`), rate limiting.
@@ -131,14 +130,14 @@ class Proxy:
         capture = self.capture
         if capture is not None and (endpoint != CHAT or not capture.wants(key_id)):
             capture = None
-        looplift = headers_of(scope) if capture is not None or registry.canary is not None else {}
-        lease = registry.acquire(body.model, looplift.get("session"))
+        lease = registry.acquire(body.model)
         if lease is None:
             self.metrics.request_done("unknown", "", endpoint, "404")
             return await send_json(send, 404, error_payload(
                 404, f"The model '{body.model}' does not exist or is not loaded. Available: "
                 f"{', '.join(registry.model_ids())}.", param="model", code="model_not_found"))
-        tee = capture.begin(body.fields, body.model, lease.version, key_id, looplift) if capture is not None else None
+        tee = None if capture is None else capture.begin(body.fields, body.model, lease.version, key_id,
+                                                          headers_of(scope))
         await self._exchange(endpoint, body, lease, t0, receive, send, tee)
 
     async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float,

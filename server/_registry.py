@@ -10,10 +10,6 @@ interface is:
   `promote(name)` and `rollback()` flip the alias. The flip is one list operation on the event loop, so
   the next `acquire` sees the new version and no request sees half a swap. Admin operations hold one
   lock, so concurrent promotes / rollbacks / loads run one after the other.
-* `start_canary(name, fraction)` / `end_canary(promote, ...)`: while a canary runs, `acquire` resolves the
-  alias to the canary version for a fraction of requests (`CanaryRoute`, sticky per session); the decision
-  to promote or drop is `_canary`'s, recorded here as a `canary` history event. Any flip ends a canary.
-  A restart forgets a running canary (the serving version keeps serving).
 * After a flip, the previous version is drained in a background task: it waits (event-driven, no polling)
   until the version's last lease is released (a stream holds its lease until its last byte) and only
   then unloads the adapter from vLLM, so a request never loses its adapter mid-answer.
@@ -34,20 +30,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import re
 import time
-import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal, Optional, Protocol
+from typing import Literal, Optional, Protocol
 
 from ._models import HistoryEvent, SwapResult, VersionInfo, VersionState, VersionsView
 from ._registry_file import RegistryFile, Snapshot, StoredVersion
 from ._settings import GatewaySettings, valid_name, version_name
 from ._validate import validate_adapter
 from .errors import (
-    CanaryError,
     InvalidNameError,
     NothingToRollBackError,
     UpstreamError,
@@ -58,27 +51,7 @@ from .errors import (
 log = logging.getLogger("looplift.server.registry")
 
 _HISTORY_MAX = 1000
-Action = Literal["load", "promote", "rollback", "unload", "restore", "canary", "auto_rollback"]
-#: Called after every alias flip with (action, serving, previous); the canary controller watches promotions.
-FlipListener = Callable[[str, str, str], None]
-
-
-class CanaryRoute:
-    """A canary: `fraction` of the alias's requests go to `version`. Requests with a route key (the
-    `X-Looplift-Session`) are split by a hash of it, so a conversation stays on one version."""
-
-    __slots__ = ("version", "fraction", "serving", "started_at", "_cut")
-
-    def __init__(self, version: str, fraction: float, serving: str) -> None:
-        self.version, self.fraction, self.serving = version, fraction, serving
-        self.started_at = _now()
-        self._cut = int(fraction * 2**32)
-
-    def takes(self, route_key: Optional[str]) -> bool:
-        """Whether this request goes to the canary."""
-        if route_key is None:
-            return random.random() < self.fraction
-        return zlib.crc32(route_key.encode()) < self._cut
+Action = Literal["load", "promote", "rollback", "unload", "restore"]
 
 
 class AdapterControl(Protocol):
@@ -151,9 +124,6 @@ class Registry:
         self._lock = asyncio.Lock()
         self._drains: set[asyncio.Task[None]] = set()
         self.started = False
-        #: The running canary, if any (`start_canary`); read by `acquire`.
-        self.canary: Optional[CanaryRoute] = None
-        self.flip_listeners: list[FlipListener] = []
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def ready(self) -> "Registry":
@@ -226,18 +196,9 @@ class Registry:
         """The version the alias points at."""
         return self.stack[-1]
 
-    def acquire(self, model: str, route_key: Optional[str] = None) -> Optional[Lease]:
-        """Resolve `model` (the alias or a loaded version name) and count a request on it; None if unknown.
-        During a canary the alias resolves to the canary version for its share of requests (`route_key`:
-        the request's session, which keeps a conversation on one version)."""
-        if model == self.alias:
-            name = self.stack[-1]
-            canary = self.canary
-            if canary is not None and canary.takes(route_key):
-                name = canary.version
-            v = self.versions.get(name)
-        else:
-            v = self.versions.get(model)
+    def acquire(self, model: str) -> Optional[Lease]:
+        """Resolve `model` (the alias or a loaded version name) and count a request on it; None if unknown."""
+        v = self.versions.get(self.stack[-1] if model == self.alias else model)
         if v is None or v.state != "loaded":
             return None
         v.in_flight += 1
@@ -300,10 +261,8 @@ class Registry:
             self.stack.append(name)  # the flip: seen by the very next acquire()
             return self._flipped("promote", name, previous, t0)
 
-    async def rollback(self, *, automatic: bool = False, detail: Optional[str] = None,
-                       figures: Optional[dict[str, Any]] = None) -> SwapResult:
-        """Serve the previously serving version again; the current one is drained and unloaded. `automatic`
-        records it as an `auto_rollback` (the watch after a promotion), with `detail` and `figures`."""
+    async def rollback(self) -> SwapResult:
+        """Serve the previously serving version again; the current one is drained and unloaded."""
         t0 = time.perf_counter()
         async with self._lock:
             if len(self.stack) < 2:
@@ -314,63 +273,13 @@ class Registry:
             target = self.versions[self.stack[-2]]
             await self._ensure_loaded(target)
             previous = self.stack.pop()  # the flip
-            return self._flipped("auto_rollback" if automatic else "rollback", target.name, previous, t0,
-                                 detail=detail, figures=figures)
+            return self._flipped("rollback", target.name, previous, t0)
 
-    # ---- canary ---------------------------------------------------------------------------
-    async def start_canary(self, name: str, fraction: float) -> CanaryRoute:
-        """Send `fraction` of the alias's requests to version `name` (loaded first if needed)."""
-        async with self._lock:
-            v = self.versions.get(name)
-            if v is None:
-                raise VersionNotFoundError(name, list(self.versions))
-            if name == self.serving:
-                raise CanaryError(f"{name!r} already serves {self.alias!r}; a canary tries a version that does not")
-            if not 0 < fraction < 1:
-                raise CanaryError(f"a canary's fraction must be between 0 and 1 (e.g. 0.1), got {fraction}")
-            await self._ensure_loaded(v)
-            previous = self.canary
-            self.canary = CanaryRoute(name, fraction, self.serving)
-            if previous is not None and previous.version != name:
-                self._event("canary", previous.version, previous=self.serving, detail=f"dropped: replaced by a canary of {name}")
-                self._schedule_drain(previous.version)
-            self._event("canary", name, previous=self.serving,
-                        detail=f"started: {fraction:.0%} of {self.alias} requests", figures={"fraction": fraction})
-            self._save()
-            return self.canary
-
-    async def end_canary(self, promote: bool, detail: str, figures: Optional[dict[str, Any]] = None) -> Optional[SwapResult]:
-        """End the running canary: promote its version (then it serves) or drop it (it drains and unloads).
-        The decision is recorded as a `canary` event with `detail` and `figures`. No canary: nothing happens."""
-        canary = self.canary
-        if canary is None:
-            return None
-        async with self._lock:
-            if self.canary is not canary:
-                return None
-            self.canary = None
-            self._event("canary", canary.version, previous=canary.serving,
-                        detail=("promoted: " if promote else "dropped: ") + detail, figures=figures)
-            if not promote:
-                self._save()
-                self._schedule_drain(canary.version)
-                return None
-        return await self.promote(canary.version)
-
-    def _flipped(self, action: Action, serving: str, previous: str, t0: float, detail: Optional[str] = None,
-                 figures: Optional[dict[str, Any]] = None) -> SwapResult:
+    def _flipped(self, action: Action, serving: str, previous: str, t0: float) -> SwapResult:
         swap_ms = (time.perf_counter() - t0) * 1000
-        if self.canary is not None:  # any flip ends a canary; its version is judged against the new serving one
-            ended, self.canary = self.canary, None
-            if ended.version != serving:
-                self._event("canary", ended.version, previous=previous, detail=f"dropped: {action} to {serving}")
-                self._schedule_drain(ended.version)
-        self._event(action, serving, previous=previous,
-                    detail=f"swap {swap_ms:.1f} ms" + (f"; {detail}" if detail else ""), figures=figures)
+        self._event(action, serving, previous=previous, detail=f"swap {swap_ms:.1f} ms")
         self._save()
         self._schedule_drain(previous)
-        for listener in self.flip_listeners:
-            listener(action, serving, previous)
         return SwapResult(alias=self.alias, serving=serving, previous=previous, swap_ms=swap_ms)
 
     async def _ensure_loaded(self, v: Version, action: Action = "load", detail: Optional[str] = None) -> None:
@@ -398,8 +307,8 @@ class Registry:
         while True:
             await v.idle.wait()
             async with self._lock:
-                if v.name == self.serving or v.state != "loaded" or (self.canary and self.canary.version == v.name):
-                    return  # promoted again, canaried, or already unloaded while draining
+                if v.name == self.serving or v.state != "loaded":
+                    return  # promoted again (or already unloaded) while draining
                 if v.in_flight:
                     continue  # a request by version name came in between the wake-up and the lock
                 # Marked before the await so that no new request is routed to it mid-unload.
@@ -417,9 +326,8 @@ class Registry:
 
     # ---- persistence ----------------------------------------------------------------------
     def _event(self, action: Action, version: str, previous: Optional[str] = None,
-               detail: Optional[str] = None, figures: Optional[dict[str, Any]] = None) -> None:
-        self.history.append(HistoryEvent(at=_now(), action=action, version=version, previous=previous, detail=detail,
-                                         figures=figures))
+               detail: Optional[str] = None) -> None:
+        self.history.append(HistoryEvent(at=_now(), action=action, version=version, previous=previous, detail=detail))
         del self.history[:-_HISTORY_MAX]
 
     def _restore(self, snap: Optional[Snapshot]) -> None:

@@ -1,6 +1,6 @@
 """Gateway settings and the state-directory / admin-token helpers.
 
-`GatewaySettings` is the gateway's whole stable configuration (`CanaryConfig` its canary part);
+`GatewaySettings` is the gateway's whole stable configuration;
 `from_env()` builds it from `LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN`, `LOOPLIFT_API_KEYS` and the capture and
 collector variables. This module does not start anything
 and does not talk to vLLM.
@@ -53,33 +53,6 @@ def valid_name(name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class CanaryConfig:
-    """How the gateway decides a canary and watches a promotion on live signal (`_canary`)."""
-
-    #: Episodes with a signal (a verifier outcome, else a user rating) each side needs before a decision.
-    min_episodes: int = D.CANARY_MIN_EPISODES
-    #: One-sided significance for "the candidate is worse" (two-proportion z-test): below it, the canary is
-    #: dropped, or a watched promotion rolled back.
-    alpha: float = D.CANARY_ALPHA
-    #: A canary without enough signal after this many seconds is dropped (the serving version stays).
-    max_s: float = D.CANARY_MAX_S
-    #: After a promotion, watch the live signal this many seconds and roll back if it falls (0: no watch).
-    watch_s: float = D.WATCH_S
-    #: Seconds between two reads of the live signal.
-    poll_s: float = D.CANARY_POLL_S
-    #: Only this app's trajectories count (None: every app).
-    app: Optional[str] = None
-
-    def __post_init__(self) -> None:
-        if self.min_episodes < 1:
-            raise ValueError(f"canary min_episodes must be >= 1, got {self.min_episodes}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"canary alpha must be in (0, 1), got {self.alpha}")
-        if self.max_s <= 0 or self.watch_s < 0 or self.poll_s <= 0:
-            raise ValueError("canary max_s and poll_s must be > 0 and watch_s >= 0")
-
-
-@dataclass(frozen=True)
 class GatewaySettings:
     """Stable configuration of the gateway. Build it with `GatewaySettings.from_env()` in applications."""
 
@@ -104,12 +77,10 @@ class GatewaySettings:
     capture_app: str = D.CAPTURE_APP
     #: Captured exchanges waiting for the capture worker; beyond it they are dropped (and counted), not waited for.
     capture_queue: int = D.CAPTURE_QUEUE
-    #: The collector's base URL (capture, feedback by response id, the canary's live signal); None: none.
+    #: The collector's base URL (capture, feedback by response id); None: none.
     collector_url: Optional[str] = None
     #: The collector's ingest key (default `$LOOPLIFT_COLLECTOR_KEY` / `$LOOPLIFT_HOME/collector.key` in `from_env`).
     collector_key: Optional[str] = field(default=None, repr=False)
-    #: Canary decisions and the watch after a promotion.
-    canary: CanaryConfig = field(default_factory=CanaryConfig)
 
     def __post_init__(self) -> None:
         if not self.admin_token:

@@ -12,7 +12,6 @@
     ├── InvalidNameError             400: a requested version name has characters not allowed
     ├── VersionExistsError           409: a version with that name already exists
     ├── NothingToRollBackError       409: no previous serving version
-    ├── CanaryError                  409: a canary cannot start (serving version, no collector, bad fraction)
     └── UpstreamError                vLLM refused or failed an operation (carries its message)
 
 Server-side errors carry `http_status` (what the gateway answers) and `code` (the OpenAI-style
@@ -83,13 +82,6 @@ class InsecureBindError(GatewayStartError):
     """The gateway would serve (and learn from) anyone on the network without an API key."""
 
     code = "insecure_bind"
-
-
-class CanaryError(ServerError):
-    """A canary request cannot be honoured (no such version, it is serving, a bad fraction, no collector)."""
-
-    http_status = 409
-    code = "canary_refused"
 
 
 class AdminTokenMissingError(ServerError):

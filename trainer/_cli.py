@@ -88,8 +88,6 @@ _MIN_REWARD = typer.Option(None, "--min-reward", help="Only train on trajectorie
 _MIN_SCORE = typer.Option(None, "--min-score", help="Instead of --min-reward: train on trajectories whose final score "
                                                     "(verifier and/or user ratings) is at least this (feedback-judged "
                                                     "apps, e.g. 0.75).")
-_CANARY = typer.Option(None, "--canary", help="When the gate passes, start a canary with this share of the traffic "
-                                              "(e.g. 0.1) instead of promoting; the gateway decides on live signal.")
 _MIN_EXAMPLES = typer.Option(None, "--min-examples", help="Skip the run when fewer examples are exported (8).")
 _HOLDOUT = typer.Option(None, "--holdout", help="Export with this holdout fraction, so a from-holdout suite's tasks "
                                                 "never train (default: what the suite file declares).")
@@ -132,7 +130,7 @@ def run_cmd(
     eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
     base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
     token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
-    min_score: Optional[float] = _MIN_SCORE, canary: Optional[float] = _CANARY,
+    min_score: Optional[float] = _MIN_SCORE,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
     trigger: str = typer.Option("manual", help="Recorded as the run's trigger (e.g. `cron` from a systemd timer)."),
@@ -147,7 +145,7 @@ def run_cmd(
     from .errors import JobInterrupted
 
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_score=min_score, canary=canary,
+                      app=app_name, min_reward=min_reward, min_score=min_score,
                       min_examples=min_examples, holdout=holdout, alpha=alpha,
                       slice_tolerance=slice_tolerance, runs_dir=runs_dir)
     stop = StopToken()
@@ -238,7 +236,7 @@ def schedule_cmd(
     eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
     base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
     token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
-    min_score: Optional[float] = _MIN_SCORE, canary: Optional[float] = _CANARY,
+    min_score: Optional[float] = _MIN_SCORE,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
 ) -> None:
@@ -257,7 +255,7 @@ def schedule_cmd(
     except TrainerError as e:
         _fail(str(e), 2)
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_score=min_score, canary=canary,
+                      app=app_name, min_reward=min_reward, min_score=min_score,
                       min_examples=min_examples, holdout=holdout, alpha=alpha,
                       slice_tolerance=slice_tolerance, runs_dir=runs_dir)
     scheduler = Scheduler(job, sched, suite,  # type: ignore[arg-type]

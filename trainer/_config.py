@@ -16,7 +16,6 @@ are relative to the file's directory.
     alias = "policy"
     min_reward = 1.0                 # train on trajectories with at least this reward
     min_score = 0.75                 # or: with at least this final score (feedback-judged apps; replaces min_reward)
-    canary = 0.1                     # a candidate the gate passes first serves this share of traffic (live check)
     min_examples = 8                 # skip a run with fewer examples
     holdout = 0.1                    # export with this holdout fraction (tasks of a from-holdout suite)
     runs_dir = "runs"                # default $LOOPLIFT_HOME/trainer/runs
@@ -61,7 +60,7 @@ _NUM = (int, float)
 #: section -> key -> accepted Python types of the TOML value.
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
-                "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_score": _NUM, "canary": _NUM,
+                "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_score": _NUM,
                 "min_examples": (int,), "holdout": _NUM,
                 "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,)},
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
@@ -200,7 +199,6 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         gateway_url=t.get("gateway", D.GATEWAY_URL), admin_token=admin_token, alias=t.get("alias", D.ALIAS),
         app=t.get("app"), eval=spec, algo=t.get("algo", D.ALGO), min_reward=float(t.get("min_reward", D.MIN_REWARD)),
         min_score=None if t.get("min_score") is None else float(t["min_score"]),
-        canary=None if t.get("canary") is None else float(t["canary"]),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
         sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None,

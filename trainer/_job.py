@@ -8,7 +8,7 @@ Cron, a Kubernetes CronJob, `trainer schedule` and the demo call the same functi
     4. train     `TrainStep.train` -> a LoRA adapter (the only algorithm-specific stage)
     5. load      the adapter into the gateway as a new, unserved version (refused -> PublishError)
     6. gate      candidate and serving version on the app's eval suite, same tasks and seeds (`_gate`)
-    7. promote   only if the gate says so (or, with `canary`, start a canary the gateway decides on live)
+    7. promote   only if the gate says so
 
 A run's state lives in `<runs>/<run_id>/` (see `_runs`): the resolved config, the data, the adapter and
 `result.json`, written last with the status, the reason and every gate figure. A stop request (SIGTERM,
@@ -72,9 +72,6 @@ class JobConfig:
     min_score: Optional[float] = None
     """Instead of `min_reward`: only trajectories whose final score (verifier reward and/or user ratings, see
     `collector._score`) is at least this — what an app judged by its users' feedback trains on."""
-    canary: Optional[float] = None
-    """When the gate passes, do not promote: start a canary with this share of the alias's traffic; the gateway
-    promotes or drops it on its live signal (`server._canary`)."""
     min_examples: int = D.MIN_EXAMPLES
     """Skip the run when fewer examples are exported."""
     holdout: Optional[float] = None
@@ -94,8 +91,7 @@ class JobResult:
 
     run_id: str
     status: str
-    """"promoted", "canary" (the gate said yes; the gateway decides on live traffic), "rejected" (the gate said
-    no), "skipped", "interrupted" or "failed"."""
+    """"promoted", "rejected" (the gate said no), "skipped", "interrupted" or "failed"."""
     reason: str
     trigger: str = "manual"
     algo: str = D.ALGO
@@ -282,12 +278,6 @@ class _Run:
                                                                                  "serving": serv.errors}})
         if not decision.promote:
             return dataclasses.replace(self.partial, status="rejected", reason=decision.reason)
-        if cfg.canary is not None:
-            self._enter(f"starting a canary of {candidate} at {cfg.canary:.0%}")
-            admin.canary(candidate, cfg.canary)
-            return dataclasses.replace(self.partial, status="canary", reason=(
-                f"{decision.reason}; canary at {cfg.canary:.0%} of the traffic: the gateway promotes or drops it on "
-                "its live signal (`looplift server canary`)"))
         self._enter(f"promoting {candidate}")
         with self.token.critical(), (self.around_promote() if self.around_promote else contextlib.nullcontext()):
             admin.promote(candidate)
