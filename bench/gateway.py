@@ -147,11 +147,12 @@ def serve_relay(vllm_url: str) -> None:
 
 
 class Child:
-    """A child process serving HTTP on a port it prints; `cpu_ns()` is the CPU time of all its threads so far."""
+    """A child process serving HTTP on a port it prints; `cpu_ns()` is the CPU time of all its threads so far.
+    It runs `script` (default: this file) with `args`."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, script: str = __file__) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, *args],
+            [sys.executable, script, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         assert self.proc.stdout is not None

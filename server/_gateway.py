@@ -34,7 +34,6 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from openai.types import Model
-
 from starlette.concurrency import run_in_threadpool
 
 from . import _defaults as D
