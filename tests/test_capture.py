@@ -87,7 +87,7 @@ def test_tool_choice_named_required_and_auto_stream_and_not(stack: dict[str, Any
 def test_a_session_is_one_captured_trajectory_and_feedback_finds_it(stack: dict[str, Any]) -> None:
     headers = {"X-Looplift-Session": "s-1", "X-Looplift-App": "support", "X-Looplift-Task": "order-48213"}
     c = _client(stack, ALICE, **headers)
-    msgs: list[dict[str, Any]] = [{"role": "user", "content": "I am jane.doe@example.com, where is order 48213?"}]
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Where is order 48213?"}]
     first = c.chat.completions.create(model="policy", messages=msgs, tools=[LOOKUP], tool_choice=NAMED,  # type: ignore[arg-type]
                                       max_tokens=48, temperature=0, logprobs=True,
                                       extra_body={"return_token_ids": True})
@@ -105,7 +105,6 @@ def test_a_session_is_one_captured_trajectory_and_feedback_finds_it(stack: dict[
     assert (t.app, t.task_id, t.served_version) == ("support", "order-48213", "policy-v0")
     assert [m.role for m in t.messages] == ["user", "assistant", "tool", "assistant"]
     assert t.messages[1].tool_calls[0].function.name == "lookup_order"
-    assert "jane.doe@example.com" not in t.model_dump_json()  # anonymized before storage
     assert t.metadata["key_id"] == key_id(ALICE) and ALICE not in t.model_dump_json()
     assert t.metadata["response_ids"] == [ids[0], ids[-1]]
     turn = t.turns[0]
@@ -121,7 +120,12 @@ def test_a_session_is_one_captured_trajectory_and_feedback_finds_it(stack: dict[
         s.close()
 
 
-def test_uncaptured_keys_feedback_rules(stack: dict[str, Any]) -> None:
+def test_anonymized_per_key_capture_and_feedback_rules(stack: dict[str, Any]) -> None:
+    alice = _client(stack, ALICE)
+    mine = alice.chat.completions.create(model="policy", max_tokens=4,
+                                         messages=[{"role": "user", "content": "I am jane.doe@example.com"}])
+    t = _stored(stack, mine.id)
+    assert t is not None and "jane.doe@example.com" not in t.model_dump_json()  # anonymized before storage
     bob = _client(stack, BOB, **{"X-Looplift-Session": "s-bob"})
     r = bob.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert _stored(stack, r.id) is None  # BOB is not a capture key
