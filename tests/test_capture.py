@@ -142,3 +142,39 @@ def test_an_open_endpoint_without_keys_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(InsecureBindError, match="without API keys"):
         start_gateway_in_thread(GatewaySettings(admin_token="a", state_dir=tmp_path), "http://127.0.0.1:9", "0.0.0.0")
+
+
+GREETING = "Hello! How can I help you today?"
+
+
+def test_a_black_box_app_teaches_the_model_and_a_scheduled_retrain_promotes(
+    stack: dict[str, Any], looplift_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole loop for an app with no SDK: a greeter whose users correct its (untrained, random) replies
+    through `POST /v1/feedback` by response id; a new-data trigger runs the retrain job, which trains on the
+    corrections and gates on the app's own prompt suite; the candidate greets, the serving version does not."""
+    from server import AdminClient
+    from trainer import JobConfig, ScheduleConfig, Scheduler, prompt_suite
+
+    app = _client(stack, ALICE, **{"X-Looplift-App": "greeter"})
+    for i in range(12):
+        r = app.chat.completions.create(model="policy", max_tokens=8,
+                                        messages=[{"role": "user", "content": f"Hi, this is customer {i}."}])
+        fb = httpx.post(f"{stack['gw'].url}/v1/feedback", headers={"Authorization": f"Bearer {ALICE}"},
+                        json={"response_id": r.id, "rating": -1, "correction": GREETING})
+        assert fb.status_code == 200, fb.text
+    suite = prompt_suite([{"id": f"g{i}", "turns": [f"Hi, this is customer {100 + i}."], "expected": GREETING}
+                          for i in range(24)], name="greeter", checker="regex:Hello", max_tokens=16, temperature=0.0)
+    monkeypatch.setenv("LOOPLIFT_API_KEY", BOB)  # the gate's own requests: authenticated, not captured
+    job = JobConfig(base_model_dir=looplift_model_dir, collector_db=stack["db"], gateway_url=stack["gw"].url,
+                    admin_token="adm", app="greeter", min_score=0.75, min_examples=8, runs_dir=tmp_path / "runs",
+                    eval_concurrency=8)
+    sched = Scheduler(job, ScheduleConfig(new_data=10), suite)
+    assert sched.tick(), "12 rated conversations must fire the new-data trigger"
+    res = sched.results[0]
+    assert res.status == "promoted", (res.status, res.reason, res.gate)
+    assert res.trigger.startswith("new-data") and res.exported == 12
+    assert res.candidate_success >= 0.75 and res.serving_success == 0.0, res.gate
+    with AdminClient(stack["gw"].url, "adm") as admin:
+        assert admin.versions().serving == res.candidate
+        admin.rollback()  # the module's other tests expect the base model serving
