@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import os
-import platform
 import signal
 import socket
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,11 +39,11 @@ from typing import Any, Optional
 
 import aiohttp
 import httpx
-from gateway import CHAT, ROOT, Child, Sample, Target, pct, run_c1, run_cn
+from gateway import (CHAT, ROOT, Child, Sample, Target, bench_console, load_parser, pct, run_c1, run_cn,
+                     tiny_vllm, write_results)
 from rich.console import Console
 from rich.table import Table
 
-from sdk.infra import atomic_write_json
 
 TARGET_ADDED_P50_MS = 1.0
 KEY = "bench-collector-key"
@@ -161,12 +158,7 @@ def free_port() -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=300, help="c=1: requests per gateway and mode")
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--per-worker", type=int, default=3, help="requests per worker per round at c>1")
-    ap.add_argument("--rounds", type=int, default=16, help="rounds per gateway at c>1 (order reversed every round)")
-    ap.add_argument("--max-tokens", type=int, default=4)
+    ap = load_parser(__doc__)
     ap.add_argument("--outage-s", type=float, default=6.0, help="seconds the collector stays down")
     ap.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "capture.json")
     ap.add_argument("--serve-gateway", nargs=3, metavar=("VLLM_URL", "STATE_DIR", "COLLECTOR_URL"), help=argparse.SUPPRESS)
@@ -179,27 +171,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         serve_collector(*args.serve_collector)
         return 0
 
-    from server import VLLMConfig, start_vllm
-    from trainer import write_untrained
-
-    console = Console()
-    if not console.is_terminal:
-        console.width = 150
+    console = bench_console()
     load_before = os.getloadavg()
     t_start = time.perf_counter()
     me = str(Path(__file__).resolve())
-    with tempfile.TemporaryDirectory(prefix="bench-capture-") as tmp:
-        home = Path(tmp)
-        os.environ["LOOPLIFT_HOME"] = str(home)
-        with console.status("building the tiny model"):
-            model = write_untrained(home / "model", seed=0)
-        with console.status("starting vLLM"):
-            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log"))
+    with tiny_vllm(console, "bench-capture-") as (home, vllm, _):
         db, port = f"sqlite:///{home / 'collector.db'}", str(free_port())
         children: dict[str, Child] = {}
         try:
-            httpx.post(f"{vllm.url}/v1/chat/completions", timeout=300, json={
-                "model": "policy-v0", "messages": CHAT, "max_tokens": 4}).raise_for_status()
             children["collector"] = Child("--serve-collector", db, port, script=me)
             children["off"] = Child("--serve-gateway", vllm.url, str(home / "off"), "-", script=me)
             children["on"] = Child("--serve-gateway", vllm.url, str(home / "on"), children["collector"].url, script=me)
@@ -250,30 +229,19 @@ def main(argv: Optional[list[str]] = None) -> int:
             down.update(captured_sent=sent_on, stored=stored, delivered_after_s=round(time.monotonic() - t0, 1),
                         gateway_metrics=capture_metrics(children["on"].url))
         finally:
-            for c in children.values():
-                c.stop()
-            vllm.stop()
+            while children:
+                children.popitem()[1].stop()
     elapsed = time.perf_counter() - t_start
-    c1 = [r for r in rows if r.concurrency == 1 and r.mode == "non-stream"][0]
-    verdict = "met" if c1.added_p50_ms <= TARGET_ADDED_P50_MS else "missed"
-    console.print(f"capture adds {c1.added_p50_ms:+.2f} ms p50 at c=1 (non-stream; target <= {TARGET_ADDED_P50_MS} ms: "
-                  f"{verdict}); outage: {down['failed']} failed of {down['requests']} requests "
+    added = next(r.added_p50_ms for r in rows if (r.mode, r.concurrency) == ("non-stream", 1))
+    console.print(f"capture adds {added:+.2f} ms p50 at c=1 (non-stream; target <= {TARGET_ADDED_P50_MS} ms: "
+                  f"{'met' if added <= TARGET_ADDED_P50_MS else 'missed'}); outage: {down['failed']} failed of {down['requests']} requests "
                   f"({down['requests_while_down']} while the collector was down), {down['stored']}/{down['captured_sent']} "
                   f"exchanges stored; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
                   f"took {elapsed:.0f} s")
-    out = {
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "load_avg_before": load_before, "load_avg_after": os.getloadavg()},
-        "config": {"n": args.n, "concurrency": args.concurrency, "per_worker": args.per_worker, "rounds": args.rounds,
+    write_results(console, args.json_out, load_before, elapsed,
+                  {"n": args.n, "concurrency": args.concurrency, "per_worker": args.per_worker, "rounds": args.rounds,
                    "max_tokens": args.max_tokens, "outage_s": args.outage_s},
-        "target_added_p50_ms_c1": TARGET_ADDED_P50_MS,
-        "results": [asdict(r) for r in rows],
-        "outage": down,
-        "seconds": round(elapsed, 1),
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-    atomic_write_json(args.json_out, out)
-    console.print(f"wrote {args.json_out}")
+                  target_added_p50_ms_c1=TARGET_ADDED_P50_MS, results=[asdict(r) for r in rows], outage=down)
     return 0 if down["failed"] == 0 else 1
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -56,7 +57,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -411,16 +412,73 @@ def _short(frame: str) -> str:
     return f"{fn} ({file})"
 
 
+def bench_console() -> Console:
+    """A rich console, 150 columns wide when the output is not a terminal (a log)."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = 150
+    return console
+
+
+def machine_info(load_before: tuple[float, float, float]) -> dict[str, Any]:
+    """What a results file records about the machine, with the load average before and now."""
+    return {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "load_avg_before": load_before, "load_avg_after": os.getloadavg()}
+
+
+def write_results(console: Console, path: Path, load_before: tuple[float, float, float], elapsed: float,
+                  config: dict[str, Any], **parts: Any) -> None:
+    """Write a results file: the machine, the config, `parts` (figures), the duration and a timestamp."""
+    out = {"machine": machine_info(load_before), "config": config, **parts, "seconds": round(elapsed, 1),
+           "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    atomic_write_json(path, out)
+    console.print(f"wrote {path}")
+
+
+@contextlib.contextmanager
+def tiny_vllm(console: Console, prefix: str) -> Iterator[tuple[Path, Any, float]]:
+    """(home, vLLM, warm-up seconds): a temporary LOOPLIFT_HOME with the tiny untrained model, one vLLM CPU
+    server for it (started like `looplift up` does), and its slow first generation paid before anything is
+    timed. vLLM is stopped on the way out."""
+    import httpx
+
+    from server import VLLMConfig, start_vllm
+    from trainer import write_untrained
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp)
+        os.environ["LOOPLIFT_HOME"] = str(home)
+        with console.status("building the tiny model"):
+            model = write_untrained(home / "model", seed=0)
+        with console.status("starting vLLM"):
+            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log"))
+        try:
+            with console.status("vLLM's first generation (one-time warm-up)"):
+                t0 = time.monotonic()
+                httpx.post(f"{vllm.url}/v1/chat/completions", timeout=300, json={
+                    "model": "policy-v0", "messages": CHAT, "max_tokens": 4}).raise_for_status()
+            yield home, vllm, time.monotonic() - t0
+        finally:
+            vllm.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def load_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of the load both gateway benchmarks send: --n, --concurrency, --per-worker, --rounds,
+    --max-tokens."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=300, help="c=1: requests per target and mode")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--per-worker", type=int, default=3, help="requests per worker per round at c>1")
     ap.add_argument("--rounds", type=int, default=16, help="rounds per target at c>1 (order reversed every round)")
     ap.add_argument("--max-tokens", type=int, default=4)
+    return ap
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = load_parser(__doc__)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy collapsed stacks of the gateway go here")
     ap.add_argument("--profile-seconds", type=float, default=20.0)
     ap.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "gateway.json")
@@ -434,30 +492,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         serve_relay(args.serve_relay)
         return 0
 
-    from server import VLLMConfig, start_vllm
-    from trainer import write_untrained
-
-    console = Console()
-    if not console.is_terminal:
-        console.width = 150
+    console = bench_console()
     load_before = os.getloadavg()
     t_start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
-        home = Path(tmp)
-        os.environ["LOOPLIFT_HOME"] = str(home)
-        with console.status("building the tiny model"):
-            model = write_untrained(home / "model", seed=0)
-        with console.status("starting vLLM"):
-            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log"))
+    with tiny_vllm(console, "bench-gateway-") as (home, vllm, warmup_s):
         children: dict[str, Child] = {}
         try:
-            with console.status("vLLM's first generation (one-time warm-up)"):
-                import httpx
-
-                t0 = time.monotonic()
-                httpx.post(f"{vllm.url}/v1/chat/completions", timeout=300, json={
-                    "model": "policy-v0", "messages": CHAT, "max_tokens": 4}).raise_for_status()
-                warmup_s = time.monotonic() - t0
             children["gateway"] = Child("--serve-gateway", vllm.url, str(home / "state"))
             children["relay"] = Child("--serve-relay", vllm.url)
             targets = [Target("direct", vllm.url, "policy-v0"), Target("relay", children["relay"].url, "policy-v0"),
@@ -493,26 +533,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         finally:
             for c in children.values():
                 c.stop()
-            vllm.stop()
     elapsed = time.perf_counter() - t_start
     c1 = [r for r in rows if r.concurrency == 1 and r.mode == "non-stream"][0]
     verdict = "met" if c1.added_p50_ms <= TARGET_ADDED_P50_MS else "missed"
     console.print(f"target <= {TARGET_ADDED_P50_MS} ms p50 added at c=1 (non-stream): {c1.added_p50_ms:+.2f} ms, {verdict}; "
                   f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; took {elapsed:.0f} s")
-    out = {
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "load_avg_before": load_before, "load_avg_after": os.getloadavg()},
-        "config": {"n": args.n, "concurrency": args.concurrency, "per_worker": args.per_worker,
-                   "rounds": args.rounds, "max_tokens": args.max_tokens},
-        "vllm": {"startup_s": vllm.startup_s, "warmup_s": warmup_s},
-        "target_added_p50_ms_c1": TARGET_ADDED_P50_MS,
-        "results": [asdict(r) for r in rows],
-        "profile": prof,
-        "seconds": round(elapsed, 1),
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-    atomic_write_json(args.json_out, out)
-    console.print(f"wrote {args.json_out}")
+    write_results(console, args.json_out, load_before, elapsed,
+                  {"n": args.n, "concurrency": args.concurrency, "per_worker": args.per_worker, "rounds": args.rounds,
+                   "max_tokens": args.max_tokens},
+                  vllm={"startup_s": vllm.startup_s, "warmup_s": warmup_s}, target_added_p50_ms_c1=TARGET_ADDED_P50_MS,
+                  results=[asdict(r) for r in rows], profile=prof)
     return 0
 
 
