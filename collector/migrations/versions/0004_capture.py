@@ -23,14 +23,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "response_ids",
-        sa.Column("response_id", sa.String(256), primary_key=True, nullable=False),
-        sa.Column("trajectory_id", sa.String(128), nullable=False),
-    )
-    op.create_index("ix_response_ids_trajectory_id", "response_ids", ["trajectory_id"])
     with op.batch_alter_table("feedback") as b:
         b.add_column(sa.Column("key_id", sa.String(64), nullable=True))
+    columns = [sa.Column("response_id", sa.String(256), primary_key=True, nullable=False),
+               sa.Column("trajectory_id", sa.String(128), nullable=False)]
+    op.create_table("response_ids", *columns)
+    op.create_index("ix_response_ids_trajectory_id", "response_ids", ["trajectory_id"])
 
 
 def downgrade() -> None:
