@@ -5,6 +5,9 @@ with them (grown sessions replace, response ids link feedback). The answer bytes
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +235,15 @@ def test_tool_parser_is_read_from_the_chat_template(tmp_path: Path, template: st
 
 def test_the_tiny_models_template_asks_for_hermes(looplift_model_dir: Path) -> None:
     assert detect_tool_parser(looplift_model_dir) == "hermes"
+
+
+@pytest.mark.parametrize("extra", [[], ["--capture"]])
+def test_looplift_up_refuses_an_open_host_before_starting_anything(extra: list[str], tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LOOPLIFT_API_KEYS"}
+    env["LOOPLIFT_HOME"] = str(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "looplift", "up", "--host", "0.0.0.0", "--gateway-port", "0",
+                        "--collector-port", "0", *extra], env=env, capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "refusing to serve the gateway on '0.0.0.0' without API keys" in out, out[-2000:]
+    assert "--insecure" in out and "Traceback" not in out
+    assert not (tmp_path / "logs" / "vllm.log").exists()  # refused before vLLM started
