@@ -1,6 +1,7 @@
 """Collector benchmark: HTTP ingest and export throughput against a raw-insert baseline.
 
-    .venv/bin/python bench/collector.py [--n 5000] [--batch 50] [--clients 2] [--rss-sizes 20000,100000]
+    .venv/bin/python bench/collector.py [--n 5000] [--batch 50] [--clients 2] [--workers 2] [--rss-sizes 20000,100000]
+                                        [--baseline-src DIR]
 
 One run, on this machine, everything generated in the same run from a seeded Faker:
 
@@ -14,7 +15,12 @@ One run, on this machine, everything generated in the same run from a seeded Fak
 3. Ingest: the real collector (`collector serve`, uvicorn) in a subprocess on 127.0.0.1 with an API
    key, `clients` threads posting the batches over HTTP; every trajectory is validated,
    anonymized, scored, hashed and stored in one transaction per batch before the 200. Timed from
-   the first request to the last response; the row count is checked afterwards.
+   the first request to the last response; the row count is checked afterwards. Reported twice:
+   wall-clock trajectories/s, and trajectories per CPU-second of the server process (its own CPU
+   time from /proc, which other work on a shared machine barely moves). Then the same with
+   `collector serve --workers N`. With `--baseline-src DIR` (another checkout, e.g.
+   `git archive main | tar -x -C DIR`), the same batches are also posted to that tree's collector,
+   interleaved run by run with this tree's, and the table gives this tree's ratio to it.
 4. Export: `collector._export.export(..., format="sft")` of the ingested table, against a raw
    baseline (`SELECT data` and write each row as a line). Throughput here excludes ingest.
 5. Memory: the export again, in a fresh subprocess per table size (the ingested rows copied with
@@ -22,8 +28,12 @@ One run, on this machine, everything generated in the same run from a seeded Fak
    at 20k and 100k rows.
 6. Per-user deletion: `Store.purge(where={"user_id": ...})` on the largest table (a scan of every
    row's JSON, no index), timed.
-7. Where ingest time goes: the server's per-batch work (parse + `Store.add_trajectories`) run in
-   this process under cProfile, reporting the anonymizer's share.
+7. Where ingest time goes, without a profiler (which inflates the anonymizer's many small calls):
+   a fresh process per run does the server's per-batch work on the same batches after the same
+   warm-up batch, timing CPU per stage: parse + validate, the anonymizer (`Anonymizer.trajectory`,
+   timed through a wrapper), hash + score + serialize, and the rest of `Store.add_trajectories`
+   (SQL insert and commit). HTTP (uvicorn, FastAPI, the thread hop) is the server's CPU per
+   trajectory minus that total. The anonymizer alone is also reported as a throughput row.
 
 Targets (issue 4): ingest >= 1,000 trajectories/s, export >= 5,000 trajectories/s. Needs the
 `collector` and `bench` extras (Faker). Writes bench/results/collector.json.
@@ -32,11 +42,9 @@ Targets (issue 4): ingest >= 1,000 trajectories/s, export >= 5,000 trajectories/
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
 import platform
-import pstats
 import random
 import socket
 import sqlite3
@@ -50,8 +58,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# First, always: run as a script, this file's directory comes first on sys.path, and this file is
+# itself named collector.py, which would shadow the `collector` package.
+sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 from faker import Faker  # noqa: E402
@@ -160,14 +169,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(db_url: str, log: Path, workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
-    """`collector serve --workers N` on a free port."""
+def start_server(db_url: str, log: Path, workers: int = 1, src: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
+    """`collector serve --workers N` of the source tree `src` on a free port."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPLIFT_COLLECTOR_KEYS": KEY, "LOOPLIFT_COLLECTOR_DB": db_url}
+    env = {**os.environ, "PYTHONPATH": str(src), "LOOPLIFT_COLLECTOR_KEYS": KEY, "LOOPLIFT_COLLECTOR_DB": db_url}
     cmd = [sys.executable, "-m", "collector._cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--db", db_url,
            "--workers", str(workers)]
     with log.open("ab") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=src)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -228,10 +237,10 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def http_ingest(tmp: Path, name: str, bodies: list[bytes], warmup: bytes, clients: int,
-                workers: int = 1) -> tuple[float, float | None, str]:
-    """Wall seconds and server CPU seconds to ingest `bodies`, and the database URL."""
+                workers: int = 1, src: Path = ROOT) -> tuple[float, float | None, str]:
+    """Wall seconds and server CPU seconds to ingest `bodies` (with the collector of `src`), and the database URL."""
     db_url = f"sqlite:///{tmp / name}"
-    proc, url = start_server(db_url, tmp / f"{name}.log", workers)
+    proc, url = start_server(db_url, tmp / f"{name}.log", workers, src)
     try:
         post_all(url, [warmup], 1)  # first request pays imports, JIT-ish caches, connection setup
         cpu0 = cpu_seconds(proc.pid)
@@ -278,8 +287,7 @@ def export_in_subprocess(db_url: str, out: Path) -> dict[str, Any]:
     code = (
         "import json, resource, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from collector._export import export\n"
-        "from collector._db import open_store\n"
+        "from collector import export, open_store\n"
         "s = open_store(sys.argv[1]); s.close()  # import and migrate-check cost outside the timing\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "t0 = time.perf_counter(); m = export(sys.argv[1], sys.argv[2], format='sft'); dt = time.perf_counter() - t0\n"
@@ -291,43 +299,83 @@ def export_in_subprocess(db_url: str, out: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Profile of the server's per-batch work
+# Where the server's per-batch CPU time goes (no profiler)
 
 
-def profile_ingest(tmp: Path, bodies: list[bytes]) -> dict[str, Any]:
-    from collector._db import open_store
+class TimedAnonymizer:
+    """The anonymizer the store calls, with the CPU time and number of its calls added up, and the first
+    `keep` results kept (keeping them all would grow the heap and bill the garbage collector to later
+    stages)."""
 
-    store = open_store(f"sqlite:///{tmp / 'profile.db'}")
+    def __init__(self, inner: Any, keep: int = 200) -> None:
+        self.inner, self.keep, self.cpu, self.calls, self.out = inner, keep, 0.0, 0, []
 
-    def run() -> None:
-        for b in bodies:
-            store.add_trajectories(TrajectoryBatch.model_validate_json(b).trajectories)
+    def trajectory(self, t: Trajectory) -> Trajectory:
+        c0 = time.process_time()
+        r = self.inner.trajectory(t)
+        self.cpu += time.process_time() - c0
+        self.calls += 1
+        if len(self.out) < self.keep:
+            self.out.append(r)
+        return r
 
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.runcall(run)
-    wall = time.perf_counter() - t0
+    def strings(self, *texts: str | None) -> list[str | None]:
+        return list(self.inner.strings(*texts))
+
+
+def stages_worker(bodies_file: Path, db_path: Path) -> dict[str, float]:
+    """In this (fresh) process, as the server does: warm up on the first body, then parse and store
+    the others, timing CPU seconds per stage."""
+    from collector import CollectorSettings, open_store
+    from collector._ingest import content_hash
+    from collector._score import score_trajectory
+
+    bodies = [line.encode() for line in bodies_file.read_text().splitlines()]
+    timed = TimedAnonymizer(CollectorSettings().make_anonymizer(preload=True))
+    store = open_store(f"sqlite:///{db_path}", anonymizer=timed)  # type: ignore[arg-type]
+    store.add_trajectories(TrajectoryBatch.model_validate_json(bodies[0]).trajectories)  # the same warm-up as the server's
+    timed.cpu, timed.calls, timed.out = 0.0, 0, []
+    parse = add = 0.0
+    for b in bodies[1:]:
+        c0 = time.process_time()
+        ts = TrajectoryBatch.model_validate_json(b).trajectories
+        c1 = time.process_time()
+        store.add_trajectories(ts)
+        parse, add = parse + c1 - c0, add + time.process_time() - c1
     store.close()
-    st = pstats.Stats(prof)
-    total = float(st.total_tt)  # type: ignore[attr-defined]
+    c0 = time.process_time()
+    for t in timed.out:  # the stages between anonymizer and SQL, again, on a sample of what the anonymizer returned
+        content_hash(t)
+        score_trajectory(t)
+        t.model_dump_json()
+    hss = (time.process_time() - c0) / len(timed.out) * timed.calls
+    return {"trajectories": float(timed.calls), "parse": parse, "anonymize": timed.cpu, "hash_score_serialize": hss,
+            "sql_and_rest": add - timed.cpu - hss}
 
-    def cum(file_end: str, func: str) -> float:
-        return sum(v[3] for k, v in st.stats.items() if k[0].endswith(file_end) and k[2] == func)  # type: ignore[attr-defined]
 
-    parts = {
-        "parse (TrajectoryBatch.model_validate_json)": cum("pydantic/main.py", "model_validate_json"),
-        "anonymize (Anonymizer.trajectory)": cum("collector/_anonymize.py", "trajectory"),
-        "content_hash": cum("collector/_db.py", "content_hash"),
-        "score": cum("collector/_score.py", "score_trajectory"),
-        "serialize (model_dump_json)": cum("pydantic/main.py", "model_dump_json"),
-        "sql (execute + commit)": cum("sqlalchemy/engine/base.py", "execute") + cum("sqlalchemy/engine/base.py", "commit"),
-    }
+def ingest_stages(tmp: Path, warmup: bytes, bodies: list[bytes], repeat: int, server_cpu_per_traj: float | None) -> dict[str, Any]:
+    """Median CPU ms per 1000 trajectories of each stage over `repeat` fresh processes, and the shares."""
+    f = tmp / "stage-bodies.jsonl"
+    f.write_text("\n".join(b.decode() for b in [warmup, *bodies]) + "\n")
+    runs = []
+    for i in range(repeat):
+        r = subprocess.run([sys.executable, __file__, "--stages-worker", str(f), str(tmp / f"stages{i}.db")],
+                           capture_output=True, text=True, check=True, cwd=ROOT)
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    n = runs[0]["trajectories"]
+    keys = ("parse", "anonymize", "hash_score_serialize", "sql_and_rest")
+    ms = {k: statistics.median(r[k] for r in runs) / n * 1e6 for k in keys}  # CPU ms per 1000 trajectories
+    in_process = sum(ms.values())
+    http_raw = server_cpu_per_traj * 1e6 - in_process if server_cpu_per_traj is not None else None
+    if http_raw is not None:  # measured apart, at another moment: noise can make it negative
+        ms = {"http": max(0.0, http_raw), **ms}
+    total = sum(ms.values())
     return {
-        "trajectories": sum(len(TrajectoryBatch.model_validate_json(b).trajectories) for b in bodies),
-        "profiled_seconds": total,
-        "wall_seconds_under_profiler": wall,
-        "share": {k: v / total for k, v in parts.items()},
-        "seconds": parts,
+        "trajectories": int(n), "runs": repeat, "ms_cpu_per_1000": ms, "share": {k: v / total for k, v in ms.items()},
+        "http_ms_cpu_per_1000_unclamped": http_raw,
+        "outside_anonymizer_share": 1 - ms["anonymize"] / total,
+        "anonymizer_alone_per_cpu_s": 1e6 / ms["anonymize"] if ms["anonymize"] else None,
+        "ceiling_without_anonymizer_per_cpu_s": 1e6 / (total - ms["anonymize"]) if total > ms["anonymize"] else None,
     }
 
 
@@ -363,7 +411,7 @@ def print_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]
             table.add_column(h, justify="left" if h == header[0] else "right")
         for row in rows:
             table.add_row(*row)
-        Console(width=max(130, Console().width)).print(table)
+        Console(width=max(150, Console().width)).print(table)
     except ImportError:
         print(title)
         for row in (header, *rows):
@@ -381,9 +429,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rss-sizes", default="20000,100000", help="table sizes for the export memory check ('' to skip)")
     ap.add_argument("--workers", type=int, default=2,
                     help="also measure ingest with `collector serve --workers N` (default 2, one per core here; 0: skip)")
-    ap.add_argument("--profile-n", type=int, default=1000, help="trajectories for the in-process cProfile run (0: skip)")
+    ap.add_argument("--stages-n", type=int, default=2000, help="trajectories for the per-stage CPU timing (0: skip)")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="another source tree (e.g. `git archive main | tar -x -C DIR`) whose collector is measured "
+                    "on the same batches in the same run, for before/after ratios")
     ap.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "collector.json")
+    ap.add_argument("--stages-worker", nargs=2, type=Path, help=argparse.SUPPRESS)  # internal: one stage-timing run
     args = ap.parse_args(argv)
+    if args.stages_worker:
+        print(json.dumps(stages_worker(*args.stages_worker)))
+        return 0
+    base_src = args.baseline_src.resolve() if args.baseline_src else None
+    if base_src is not None and not (base_src / "collector" / "_cli.py").is_file():
+        ap.error(f"--baseline-src {base_src} holds no collector/_cli.py: give the root of a looplift source tree")
     t_start = time.perf_counter()
 
     trajs = make_trajectories(args.n, args.seed, args.size)
@@ -396,31 +454,32 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="looplift-bench-") as d:
         tmp = Path(d)
         # Each measurement is repeated into a fresh database (and a fresh server for ingest);
-        # the median is the headline, since other processes on a small machine add noise.
+        # the median is the headline, since other processes on a small machine add noise. With a
+        # baseline tree, its runs alternate with this tree's, so both see the same load.
         raw_runs = [raw_insert(tmp / f"raw{i}.db", trajs, args.batch) for i in range(args.repeat)]
-        ingest_runs, ingest_cpu, urls = [], [], []
+        plan = [("ingest", 1, ROOT)] + ([("ingest_workers", args.workers, ROOT)] if args.workers > 1 else [])
+        if base_src is not None:
+            plan += [(f"baseline_{k}", w, base_src) for k, w, _ in plan]
+        runs: dict[str, list[tuple[float, float | None, str]]] = {k: [] for k, _, _ in plan}
         for i in range(args.repeat):
-            secs, cpu, url = http_ingest(tmp, f"collector{i}.db", bodies, warmup, args.clients)
-            ingest_runs.append(secs)
-            ingest_cpu.append(cpu)
-            urls.append(url)
-        db_url = urls[0]  # the export and memory runs read this one
+            for key, workers, src in plan:
+                runs[key].append(http_ingest(tmp, f"{key}{i}.db", bodies, warmup, args.clients, workers, src))
+        for key, workers, _src in plan:
+            results[key] = {"workers": workers, **summary(args.n, [r[0] for r in runs[key]]),
+                            **cpu_summary(args.n, [r[1] for r in runs[key]])}
+        if base_src is not None:
+            results["baseline_src"] = str(base_src)
+        db_url = runs["ingest"][0][2]  # the export and memory runs read this one
         db_path = Path(db_url.removeprefix("sqlite:///"))
         with sqlite3.connect(db_path) as conn:
             stored = conn.execute("SELECT count(*) FROM trajectories").fetchone()[0]
             leaked = conn.execute("SELECT count(*) FROM trajectories WHERE data LIKE '%@example.%'").fetchone()[0]
         if stored != args.n + args.batch:
             raise RuntimeError(f"expected {args.n + args.batch} stored trajectories, found {stored}")
-        results["ingest"] = {**summary(args.n, ingest_runs), **cpu_summary(args.n, ingest_cpu), "stored": stored,
-                             "rows_still_holding_an_example_email": leaked}
+        results["ingest"].update(stored=stored, rows_still_holding_an_example_email=leaked)
         results["raw_insert"] = {**summary(args.n, [r[0] for r in raw_runs]), **cpu_summary(args.n, [r[1] for r in raw_runs])}
-        if args.workers > 1:
-            w = [http_ingest(tmp, f"workers{i}.db", bodies, warmup, args.clients, workers=args.workers) for i in range(args.repeat)]
-            results["ingest_workers"] = {"workers": args.workers, **summary(args.n, [r[0] for r in w]),
-                                         **cpu_summary(args.n, [r[1] for r in w])}
 
-        from collector._db import open_store
-        from collector._export import export
+        from collector import export, open_store
 
         store = open_store(db_url)  # opening (and the migration check) is timed in the RSS runs below
         exp_runs, exp_cpu, raw_exp_runs = [], [], []
@@ -455,29 +514,49 @@ def main(argv: list[str] | None = None) -> int:
                                   "seconds": time.perf_counter() - t0}
         store.close()
 
-        if args.profile_n:
-            results["profile"] = profile_ingest(tmp, bodies[: max(1, args.profile_n // args.batch)])
+        if args.stages_n:
+            # After the HTTP runs: their per-CPU-second figure gives the HTTP share.
+            per_traj = 1 / results["ingest"]["per_cpu_s"] if results["ingest"].get("per_cpu_s") else None
+            results["stages"] = ingest_stages(tmp, warmup, bodies[: max(1, args.stages_n // args.batch)], args.repeat, per_traj)
 
     ing, raw, exp, rexp = results["ingest"], results["raw_insert"], results["export"], results["raw_export"]
+    with_base = "baseline_ingest" in results
 
-    def row(name: str, r: dict[str, Any], base: dict[str, Any] | None, target: float | None) -> tuple[str, ...]:
+    def row(name: str, r: dict[str, Any], base: dict[str, Any] | None, target: float | None,
+            before: dict[str, Any] | None = None) -> tuple[str, ...]:
         core = f"{r['per_cpu_s']:,.0f}" if r.get("per_cpu_s") else "-"
-        return (name, f"{r['per_s']:,.0f}", f"{r['best_per_s']:,.0f}", core,
-                f"{r['per_s'] / base['per_s']:.3f}x" if base else "1.000x",
-                f"{target:,.0f}" if target else "-", ("yes" if r["per_s"] >= target else "NO") if target else "-")
+        wall = r.get("per_s")
+        cells = [name, f"{wall:,.0f}" if wall else "-", f"{r['best_per_s']:,.0f}" if wall else "-", core,
+                 (f"{wall / base['per_s']:.3f}x" if base else "1.000x") if wall else "-"]
+        if with_base:
+            cells.append(f"{wall / before['per_s']:.2f}x / {r['per_cpu_s'] / before['per_cpu_s']:.2f}x"
+                         if before and r.get("per_cpu_s") and before.get("per_cpu_s") else "-")
+        return (*cells, f"{target:,.0f}" if target else "-", ("yes" if wall >= target else "NO") if target and wall else "-")
 
-    rows = [row("raw insert: sqlite3 executemany, same JSON", raw, None, None),
-            row("ingest: HTTP, anonymize, score, store", ing, raw, TARGET_INGEST)]
+    rows = [row("raw insert: sqlite3 executemany", raw, None, None),
+            row("ingest: HTTP, anonymize, score, store", ing, raw, TARGET_INGEST, results.get("baseline_ingest"))]
     if "ingest_workers" in results:
         w = results["ingest_workers"]
-        rows.append(row(f"  same, collector serve --workers {w['workers']}", w, raw, TARGET_INGEST))
+        rows.append(row(f"  same, collector serve --workers {w['workers']}", w, raw, TARGET_INGEST,
+                        results.get("baseline_ingest_workers")))
+    if with_base:
+        rows.append(row("  before (--baseline-src), 1 process", results["baseline_ingest"], raw, TARGET_INGEST))
+        if "baseline_ingest_workers" in results:
+            rows.append(row(f"  before, --workers {args.workers}", results["baseline_ingest_workers"], raw, TARGET_INGEST))
+    st = results.get("stages")
+    if st:
+        rows.append(row("  anonymizer alone (in-process)", {"per_cpu_s": st["anonymizer_alone_per_cpu_s"]},
+                        None, None))
+        rows.append(row("  all but the anonymizer (ceiling)", {"per_cpu_s": st["ceiling_without_anonymizer_per_cpu_s"]},
+                        None, None))
     rows += [row("raw export: SELECT data, write lines", rexp, None, None),
-             row("export sft: collector._export.export", exp, rexp, TARGET_EXPORT)]
+             row("export sft: collector.export", exp, rexp, TARGET_EXPORT)]
     print_table(
         f"Collector benchmark: {args.n} trajectories of ~{mean_bytes:,.0f} B with PII, batches of {args.batch}, "
         f"{args.clients} client(s), SQLite; median of {args.repeat} (load average {load_before[0]:.1f} on "
         f"{os.cpu_count()} CPUs)",
-        ("path", "trajectories/s", "best", "per CPU-s", "vs raw", "target", "meets"), rows,
+        ("path", "trajectories/s", "best", "per CPU-s", "vs raw", *(("vs before: wall / CPU",) if with_base else ()),
+         "target", "meets"), rows,
     )
     if rss:
         print_table("Export memory (fresh process per size)", ("table rows", "exported/s", "RSS before MiB", "peak RSS MiB"),
@@ -485,10 +564,16 @@ def main(argv: list[str] | None = None) -> int:
     pw = results["purge_where"]
     print(f"purge --where user_id=...: {pw['deleted']} of {pw['table_rows']:,} rows deleted in {pw['seconds']:.2f} s "
           f"(a scan of every row's JSON)")
-    if "profile" in results:
-        p = results["profile"]
-        print_table(f"Where ingest time goes (in-process, cProfile, {p['trajectories']} trajectories; HTTP not included)",
-                    ("stage", "share"), [(k, f"{v:.1%}") for k, v in p["share"].items()])
+    if st:
+        names = {"http": "HTTP: uvicorn, FastAPI, body read, thread hop (server CPU minus the rest)",
+                 "parse": "parse + validate (TrajectoryBatch.model_validate_json)",
+                 "anonymize": "anonymize (Anonymizer.trajectory)",
+                 "hash_score_serialize": "content_hash + score + model_dump_json",
+                 "sql_and_rest": "SQL insert + commit, id lookup, rest of add_trajectories"}
+        print_table(f"Where ingest CPU time goes ({st['trajectories']} trajectories, median of {st['runs']} fresh processes, "
+                    f"no profiler): {st['outside_anonymizer_share']:.0%} outside the anonymizer",
+                    ("stage", "ms CPU / 1000 trajectories", "share"),
+                    [(names[k], f"{v:,.0f}", f"{st['share'][k]:.1%}") for k, v in st["ms_cpu_per_1000"].items()])
     if ing["rows_still_holding_an_example_email"]:
         print(f"WARNING: {ing['rows_still_holding_an_example_email']} stored rows still hold an @example. address")
 

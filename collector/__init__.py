@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from ._anonymize import Anonymizer, AnonymizerState, Entity, anonymize_text, anonymize_trajectory
 from ._app import create_app
-from ._db import CollectorStats, GroupStats, PurgeResult, Store, WindowStats, open_store
 from ._events import record_event
-from ._export import ExportFilters, ExportManifest, export
+from ._export import export
+from ._export_manifest import ExportFilters, ExportManifest
+from ._purge import PurgeResult
 from ._serve import ServerHandle, serve_in_thread
 from ._settings import CollectorSettings, LangfuseSettings
+from ._store import CollectorStats, GroupStats, Store, WindowStats, open_store
 from .errors import (
     CollectorError,
     ConfigError,

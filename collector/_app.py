@@ -3,10 +3,16 @@
 `POST /v1/trajectories` reads the body under a size cap (413 past it), refuses a declared
 non-JSON media type or a compressed body (415), validates it as a `TrajectoryBatch` (422 naming
 the bad field, or saying the body is empty or not UTF-8; nothing stored), then anonymizes, scores
-and stores the whole batch in one transaction, idempotently by trajectory id. The response is sent
-only after that transaction committed: a 200 is a durable acknowledgement, and a crash before it
-leaves none of the batch. Blocking work (anonymizer, database) runs in the thread pool so the
-event loop keeps accepting requests.
+and stores the whole batch in one transaction, idempotently by trajectory id (`_ingest.py`). The
+response is sent only after that transaction committed: a 200 is a durable acknowledgement, and a
+crash before it leaves none of the batch. A batch over the cap is refused whole: the SDK client
+does not split it, it moves it to its spool's `rejected/` directory, so clients keep batches
+below the cap (the SDK's `batch_size`).
+
+Ingest is CPU-bound: the body is parsed and validated once (pydantic, from the raw bytes), and
+parsing, validation and storage run in one trip to the thread pool, so the event loop only reads
+bodies and writes responses; the result goes out as the bytes pydantic serialized, without a second
+validation by FastAPI's `response_model` (kept for the OpenAPI schema).
 
 Deliberately not here: curation and export (`_export.py`), rate limiting and TLS (put a proxy in
 front), and gzip request bodies (clients send batches of a few MB at most).
@@ -17,23 +23,21 @@ from __future__ import annotations
 import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from sdk import Feedback, IngestResult, TrajectoryBatch
 
 from . import _defaults
-from ._db import Store, open_store
+from ._store import Store, open_store
 from ._settings import CollectorSettings
 from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class FeedbackResult(BaseModel):
@@ -81,7 +85,7 @@ def _check_media(request: Request) -> None:
         raise HTTPException(
             status_code=415,
             detail=f"Content-Encoding {encoding!r} is not supported: send the body uncompressed "
-            "(batches are at most a few MB; the SDK client splits larger ones)",
+            "(batches are at most a few MB)",
         )
 
 
@@ -110,7 +114,7 @@ async def _read_capped(request: Request, cap: int) -> bytes:
     too_big = HTTPException(
         status_code=413,
         detail=f"request body exceeds the collector's limit of {cap} bytes: send smaller batches "
-        "(the SDK client splits them) or raise CollectorSettings.max_body_bytes",
+        "(a lower batch_size in the SDK's CollectorClient) or raise CollectorSettings.max_body_bytes",
     )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
@@ -194,15 +198,19 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     batch_schema = {"content": {"application/json": {"schema": TrajectoryBatch.model_json_schema()}}, "required": True}
     feedback_schema = {"content": {"application/json": {"schema": Feedback.model_json_schema()}}, "required": True}
 
-    async def read_body(request: Request, model: type[M], what: str) -> M | JSONResponse:
-        """The request body as `model`: 415 for a non-JSON media type, 413 past the size cap,
-        a 422 response naming the problem when it does not validate."""
+    async def read_body(request: Request) -> bytes:
+        """The raw request body: 415 for a non-JSON media type, 413 past the size cap."""
         _check_media(request)
-        body = await _read_capped(request, settings.max_body_bytes)
+        return await _read_capped(request, settings.max_body_bytes)
+
+    def ingest_body(body: bytes) -> Response:
+        """Parse, validate and store one batch (in a pool thread): 422 when it does not validate."""
         try:
-            return model.model_validate_json(body)
+            batch = TrajectoryBatch.model_validate_json(body)
         except ValidationError as e:
-            return _parse_error(body, e, what)
+            return _parse_error(body, e, "trajectory batch")
+        result = the_store.add_trajectories(batch.trajectories)
+        return Response(result.model_dump_json(), media_type="application/json")
 
     @app.post(
         "/v1/trajectories",
@@ -210,13 +218,11 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         dependencies=[Depends(require_key)],
         openapi_extra={"requestBody": batch_schema},
     )
-    async def ingest(request: Request) -> IngestResult:
+    async def ingest(request: Request) -> Response:
         """Anonymize, score and store a batch of trajectories (idempotent by id)."""
-        batch = await read_body(request, TrajectoryBatch, "trajectory batch")
-        if isinstance(batch, JSONResponse):
-            return batch  # type: ignore[return-value]
+        body = await read_body(request)
         # Awaited to the end: the 200 leaves only after the batch's transaction committed.
-        return await run_in_threadpool(the_store.add_trajectories, batch.trajectories)
+        return await run_in_threadpool(ingest_body, body)
 
     @app.post(
         "/v1/feedback",
@@ -227,9 +233,11 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     async def feedback(request: Request) -> Any:
         """Join late user feedback to a stored trajectory, named by its id or by a captured completion's
         `response_id` (404 if unknown)."""
-        fb = await read_body(request, Feedback, "feedback")
-        if isinstance(fb, JSONResponse):
-            return fb
+        body = await read_body(request)
+        try:
+            fb = Feedback.model_validate_json(body)
+        except ValidationError as e:
+            return _parse_error(body, e, "feedback")
         try:
             if fb.trajectory_id is None:  # resolved here too, for the response; add_feedback re-checks
                 assert fb.response_id is not None

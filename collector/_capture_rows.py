@@ -14,7 +14,7 @@ episode, and both are driven by the trajectory's metadata, so any client may use
   holds (the `id` the client received). Each is linked to the trajectory in `response_ids`, so
   feedback can name the completion instead of a trajectory id the client never saw.
 
-Deliberately not here: the anonymizer, scoring and the insert itself (`_db.Store.add_trajectories`).
+Deliberately not here: the anonymizer, scoring and the insert itself (`_ingest.add_trajectories`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from sdk import Trajectory
+
+from ._schema import ResponseIdRow, TrajectoryRow
 
 #: Metadata key that marks a trajectory as a growing session (the gateway sets it to the message count).
 REVISION_KEY = "looplift_revision"
@@ -46,18 +48,12 @@ def response_ids(t: Trajectory) -> list[str]:
     return [v for v in value if isinstance(v, str) and 0 < len(v) <= _MAX_RESPONSE_ID]
 
 
-def _tables() -> tuple[Any, Any]:
-    from ._db import ResponseIdRow, TrajectoryRow
-
-    return TrajectoryRow, ResponseIdRow
-
-
 def replace_grown(conn: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[str]:
     """Overwrite each stored row whose id is in `rows` and which has fewer messages; the ids replaced.
 
     The message-count condition is in the UPDATE itself, so of two revisions of one session ingested
     concurrently the longer one wins whatever the commit order."""
-    t, _ = _tables()
+    t = TrajectoryRow
     done = []
     for row in rows:
         values = {k: v for k, v in row.items() if k != "id"}
@@ -76,6 +72,6 @@ def link_responses(conn: sa.Connection, insert: Any, trajectories: Sequence[Traj
 
 def resolve(conn: sa.Connection, response_id: str) -> str | None:
     """The trajectory id linked to `response_id`, or None."""
-    _, r = _tables()
+    r = ResponseIdRow
     found = conn.execute(sa.select(r.trajectory_id).where(r.response_id == response_id)).scalar()
     return str(found) if found is not None else None

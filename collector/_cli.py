@@ -90,7 +90,7 @@ def serve(
     import uvicorn
 
     from ._app import create_app
-    from ._db import open_store
+    from ._store import open_store
 
     settings = _settings(db)
     if gateway is not None:
@@ -99,6 +99,7 @@ def serve(
     auth = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API key (open)"
     if workers == 1:
         api = _guard(lambda: create_app(settings))
+        freeze_startup_objects()
         _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}  dashboard /dashboard", highlight=False)
         uvicorn.run(api, host=host, port=port, log_level="info")
         return
@@ -113,13 +114,28 @@ def serve(
     uvicorn.run("collector._cli:worker_app", factory=True, host=host, port=port, workers=workers, log_level="info")
 
 
+def freeze_startup_objects() -> None:
+    """Take what a server process built at startup out of the garbage collector's sight.
+
+    The name model, the detector tables and SQLAlchemy's metadata (~170k tracked objects) live as long
+    as the process, and every full collection would walk them again while ingest allocates freely:
+    frozen, ingest gains 3% per CPU-second (bench/collector.py, same run). Only the `serve` command
+    does this: `create_app` is a library call, and freezing is a decision for the process as a whole.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 #: The pid of `collector serve --workers`, for its workers (uvicorn starts them; we cannot spawn them tied).
 _SUPERVISOR_ENV = "LOOPLIFT_COLLECTOR_SUPERVISOR_PID"
 
 
 def worker_app() -> Any:
-    """The app of one `serve --workers` worker. The worker gets SIGTERM when the uvicorn supervisor that
-    started it dies (uvicorn's workers otherwise keep serving the port after a SIGKILLed supervisor)."""
+    """The app of one `serve --workers` worker, frozen like the single-process server's. The worker gets
+    SIGTERM when the uvicorn supervisor that started it dies (uvicorn's workers otherwise keep serving the
+    port after a SIGKILLed supervisor)."""
     import os
 
     from sdk.infra import die_with_parent
@@ -129,7 +145,9 @@ def worker_app() -> Any:
     supervisor = os.environ.get(_SUPERVISOR_ENV)
     if supervisor:
         die_with_parent(int(supervisor))
-    return create_app()
+    api = create_app()
+    freeze_startup_objects()
+    return api
 
 
 @app.command("export")
@@ -255,7 +273,7 @@ def stats(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Counts overall, per app and per served version; score sources and the quality model's AUC."""
-    from ._db import open_store
+    from ._store import open_store
 
     settings = _settings(db)
 
@@ -336,7 +354,7 @@ def purge(
 ) -> None:
     """Delete trajectories (and their feedback) by age and/or by a metadata key: retention and
     per-user deletion. Prints how many were deleted."""
-    from ._db import open_store
+    from ._store import open_store
 
     if older_than is None and not where:
         _fail("give --older-than DURATION and/or --where KEY=VALUE; purge never deletes everything", 2)

@@ -22,7 +22,8 @@ import sqlalchemy as sa
 from scipy import sparse
 
 from . import _cluster, _defaults, _quality
-from ._db import Store, TrajectoryRow, open_store
+from ._schema import TrajectoryRow
+from ._store import Store, open_store
 from ._shingle import trajectory_text
 
 

@@ -38,7 +38,7 @@ from starlette.concurrency import run_in_threadpool
 
 from . import _dashboard_data as D
 from . import _defaults
-from ._db import Store
+from ._store import Store
 from ._settings import CollectorSettings
 
 STATIC = Path(__file__).resolve().parent / "static" / "dashboard"

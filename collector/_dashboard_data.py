@@ -26,7 +26,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import _defaults
-from ._db import Store, TrajectoryRow, utcnow
+from ._schema import TrajectoryRow, utcnow
+from ._store import Store
 from ._events import list_events
 
 #: Groups listed per breakdown before the rest is summed as "other".

@@ -43,9 +43,8 @@ ALEMBIC_VERSION_TABLE = "collector_alembic_version"
 #: Rows fetched per page while exporting; bounds memory whatever the table size.
 EXPORT_BATCH_SIZE = 500
 
-#: Export formats known to the collector, and the ones implemented so far.
+#: Export formats (`collector export --format`): chat SFT, DPO pairs, GRPO groups.
 EXPORT_FORMATS = ("sft", "dpo", "grpo")
-EXPORT_FORMATS_SUPPORTED = ("sft", "dpo", "grpo")
 
 #: Near-duplicate detection (`_dedup.py`): MinHash permutations, LSH bands (rows = perms / bands)
 #: and word-shingle length. 16 bands of 8 put the 50% detection point near Jaccard 0.7.

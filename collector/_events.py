@@ -23,7 +23,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field
 
-from ._db import Store, _CollectorModel, _short, open_store, to_naive_utc, utcnow
+from ._engine import short_error as _short
+from ._schema import _CollectorModel, to_naive_utc, utcnow
+from ._store import Store, open_store
 from .errors import StorageError
 
 #: Event kinds the dashboard reads.

@@ -44,247 +44,61 @@ Formats (one JSON object per line):
 DPO and GRPO read rows ordered by task and handle one task at a time, at most `MAX_GROUP` rows
 at once (a larger task is handled in consecutive chunks). Memory stays flat whatever the table
 size: pages of rows, one task group, the near-dup Bloom filter (64 bytes per candidate row),
-the eval n-grams and a counter per balance group. Output goes to temporary files renamed into
-place at the end: a failed or interrupted export leaves no partial file.
+the eval n-grams and a counter per balance group. Output goes through `sdk.infra.atomic_open`
+(a temporary file, fsynced, renamed into place at the end, data files mode 0600): a failed or
+interrupted export leaves no partial file. The manifest is written last.
+
+This module is the orchestration; the pieces are `_export_query.py` (SQL: filters, exact dedup,
+balance rates, keyset pages), `_export_formats.py` (the three line builders) and
+`_export_manifest.py` (what the manifest records).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import statistics
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import aliased
-
-from sdk.infra import atomic_write
+from sdk.infra import atomic_open, atomic_write
 
 from . import _defaults
-from ._db import FeedbackRow, Store, TrajectoryRow, open_store, to_naive_utc, utcnow
 from ._decontam import EvalIndex
 from ._dedup import NearDupFilter
+from ._export_formats import Line, Row, dpo_lines, grpo_lines, sft_line
+from ._export_manifest import ExportFilters, ExportManifest, HoldoutInfo, holdout_path_for, in_holdout, manifest_path_for
+from ._export_query import BALANCE_BY, balance_rates, count_rows, latest_corrections, pages, where_clause
+from ._schema import TrajectoryRow, to_naive_utc, utcnow
 from ._shingle import trajectory_text, unit_hash, word_hashes
+from ._store import Store, open_store
 from .errors import ConfigError, ExportError, UnsupportedFormatError
 
-BALANCE_BY = ("task", "cluster")
-
-
-class ExportFilters(BaseModel):
-    """The filters and curation steps an export applied (recorded in its manifest)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    min_reward: float | None = Field(default=None, description="keep trajectories with reward >= this")
-    min_score: float | None = Field(default=None, description="keep trajectories with score >= this (or a correction)")
-    app: str | None = Field(default=None, description="keep only this app")
-    task: str | None = Field(default=None, description="keep only this task id")
-    model_version: str | None = Field(default=None, description="keep only this served version")
-    since: datetime | None = Field(default=None, description="ingested at or after (UTC)")
-    until: datetime | None = Field(default=None, description="ingested before (UTC); the snapshot time when unset")
-    limit: int | None = Field(default=None, description="at most this many lines in the output file")
-    dedup: bool = Field(default=False, description="exact (content hash) and near-duplicate (MinHash LSH) removal")
-    balance: str | None = Field(default=None, description="`task` or `cluster`: equalize groups")
-    per_group: int | None = Field(default=None, description="balance: expected rows per group (resolved value)")
-    holdout: float | None = Field(default=None, description="fraction of tasks sent to the holdout file")
-    decontaminate: str | None = Field(default=None, description="eval JSONL file compared against")
-    decontaminate_sha256: str | None = Field(default=None, description="sha256 of that eval file")
-    ngram: int | None = Field(default=None, description="decontamination n-gram length")
-    corrections: bool = Field(default=True, description="user corrections become SFT targets and DPO pairs")
-
-
-class HoldoutInfo(BaseModel):
-    """The holdout file written beside the output."""
-
-    model_config = ConfigDict(frozen=True)
-
-    path: str
-    fraction: float
-    count: int = Field(description="lines in the holdout file")
-    tasks: int = Field(description="distinct tasks in it")
-    sha256: str
-    bytes: int
-
-
-class ExportManifest(BaseModel):
-    """What an export wrote; saved as `FILE.manifest.json` next to `FILE.jsonl`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    format: str = Field(description="export format: sft, dpo or grpo")
-    path: str = Field(description="the JSONL file written")
-    count: int = Field(description="lines written to `path`")
-    by_app: dict[str, int] = Field(description="lines per app in `path`")
-    trajectories: int = Field(default=0, description="distinct trajectories used in `path`")
-    tasks: int = Field(default=0, description="distinct tasks in `path`")
-    matched: int = Field(default=0, description="trajectories matching the filters (before curation)")
-    dropped: dict[str, int] = Field(default_factory=dict, description="trajectories dropped, per reason")
-    holdout: HoldoutInfo | None = None
-    filters: ExportFilters
-    quality_model: dict[str, Any] | None = Field(default=None, description="id and held-out AUC of the quality model")
-    created_at: datetime = Field(description="when the export ran (UTC)")
-    sha256: str = Field(description="sha256 of the JSONL file")
-    bytes: int = Field(description="size of the JSONL file")
-    db: str = Field(description="database URL, password hidden")
-
-    @property
-    def manifest_path(self) -> Path:
-        """Where this manifest is written."""
-        return manifest_path_for(self.path)
-
-
-def manifest_path_for(out_path: str | Path) -> Path:
-    """`data.jsonl` -> `data.manifest.json`."""
-    p = Path(out_path)
-    return p.with_name(p.stem + ".manifest.json") if p.suffix else p.with_name(p.name + ".manifest.json")
-
-
-def holdout_path_for(out_path: str | Path) -> Path:
-    """`data.jsonl` -> `data.holdout.jsonl`."""
-    p = Path(out_path)
-    return p.with_name(p.stem + ".holdout" + (p.suffix or ".jsonl"))
-
-
-def in_holdout(task_id: str, fraction: float) -> bool:
-    """Whether `task_id` goes to the holdout file (deterministic; the same task always the same side)."""
-    return unit_hash("holdout:" + task_id) < fraction
-
-
-# -- lines -------------------------------------------------------------------------------------
-
-
-def _msgs(ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in m.items() if v is not None} for m in ms]
-
-
-def _prompt_len(ms: list[dict[str, Any]]) -> int:
-    """Number of messages before the first assistant message (the prompt)."""
-    for i, m in enumerate(ms):
-        if m.get("role") == "assistant":
-            return i
-    return len(ms)
-
-
-def _prompt_key(ms: list[dict[str, Any]]) -> str:
-    norm = [[m.get("role"), " ".join((m.get("content") or "").split())] for m in ms[: _prompt_len(ms)]]
-    return hashlib.sha256(json.dumps(norm).encode()).hexdigest()
-
-
-class _Row:
-    """One candidate trajectory: its columns, parsed data and correction."""
-
-    __slots__ = ("id", "task_id", "app", "version", "reward", "score", "success", "data", "correction")
-
-    def __init__(self, r: Any, data: dict[str, Any], correction: str | None) -> None:
-        self.id, self.task_id, self.app, self.version = r.id, r.task_id, r.app, r.served_version
-        self.reward, self.score, self.success = r.reward, r.score, r.success
-        self.data, self.correction = data, correction
-
-
-def _sft_line(row: _Row) -> dict[str, Any]:
-    ms = row.data["messages"]
-    corrected = row.correction is not None
-    if corrected:
-        ms = ms[: _prompt_len(ms)] + [{"role": "assistant", "content": row.correction}]
-    line = {"id": row.id, "task_id": row.task_id, "app": row.app, "served_version": row.version,
-            "reward": row.reward, "score": row.score, "corrected": corrected, "messages": _msgs(ms)}
-    tools = (row.data.get("metadata") or {}).get("tools")
-    if tools and not corrected:  # the tools the conversation was given (captured traffic records them)
-        line["tools"] = tools
-    return line
-
-
-def _completion(row: _Row) -> list[dict[str, Any]]:
-    ms = row.data["messages"]
-    return _msgs(ms[_prompt_len(ms):])
-
-
-#: A line to write, the row that decides its app/task/holdout side, and the trajectory ids it uses.
-_Line = tuple[dict[str, Any], _Row, tuple[str, ...]]
-
-
-def _dpo_lines(rows: list[_Row], drop: Callable[[str, int], None]) -> list[_Line]:
-    out: list[_Line] = []
-
-    def pair(ch: _Row | None, rj: _Row, chosen: list[dict[str, Any]], source: str) -> dict[str, Any]:
-        ms = rj.data["messages"]
-        return {"task_id": rj.task_id, "prompt": _msgs(ms[: _prompt_len(ms)]), "chosen": chosen,
-                "rejected": _completion(rj), "chosen_id": ch.id if ch else rj.id, "rejected_id": rj.id,
-                "chosen_score": ch.score if ch else 1.0, "rejected_score": rj.score, "source": source}
-
-    for r in rows:
-        if r.correction is not None:
-            out.append((pair(None, r, [{"role": "assistant", "content": r.correction}], "correction"), r, (r.id,)))
-    by_prompt: dict[str, list[_Row]] = {}
-    for r in rows:
-        if r.score is None:
-            drop("no_score", 1)
-        else:
-            by_prompt.setdefault(_prompt_key(r.data["messages"]), []).append(r)
-    for group in by_prompt.values():
-        ranked = sorted(group, key=lambda x: (-x.score, x.id))  # type: ignore[operator]
-        used = 0
-        for i in range(len(ranked) // 2):
-            best, worst = ranked[i], ranked[-1 - i]
-            if best.score <= worst.score:  # type: ignore[operator]
-                break
-            out.append((pair(best, worst, _completion(best), "score"), best, (best.id, worst.id)))
-            used += 2
-        drop("unpaired", len(group) - used)
-    return out
-
-
-def _grpo_lines(rows: list[_Row], drop: Callable[[str, int], None]) -> list[_Line]:
-    by_prompt: dict[str, list[_Row]] = {}
-    for r in rows:
-        if r.score is None:
-            drop("no_score", 1)
-        else:
-            by_prompt.setdefault(_prompt_key(r.data["messages"]), []).append(r)
-    out = []
-    for group in by_prompt.values():
-        if len(group) < 2:
-            drop("group_too_small", len(group))
-            continue
-        ms = group[0].data["messages"]
-        k = _prompt_len(ms)
-        completions = []
-        for r in group:
-            kr = _prompt_len(r.data["messages"])
-            turns = [{**t, "message_index": t["message_index"] - kr} for t in r.data.get("turns") or []
-                     if t.get("message_index", -1) >= kr]
-            completions.append({"id": r.id, "reward": r.reward, "score": r.score, "success": r.success,
-                                "messages": _completion(r), "turns": turns})
-        line = {"task_id": group[0].task_id, "prompt": _msgs(ms[:k]), "rewards": [r.score for r in group],
-                "completions": completions}
-        out.append((line, group[0], tuple(r.id for r in group)))
-    return out
-
-
-# -- output ------------------------------------------------------------------------------------
+#: Export files hold users' conversations (anonymized): readable by their owner only.
+_DATA_PERMS = 0o600
 
 
 class _Sink:
-    """A JSONL file being written to a temporary name; `commit` renames it into place."""
+    """One JSONL output being written through `atomic_open`: what it wrote, counted and hashed."""
 
-    def __init__(self, final: Path) -> None:
-        self.final = final
-        try:
-            fd, self.tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
-        except OSError as e:
-            raise ExportError(f"cannot write to {final.parent}: {e}") from e
-        self.f = os.fdopen(fd, "wb")
+    def __init__(self, final: Path, f: IO[bytes]) -> None:
+        self.final, self.f = final, f
         self.digest = hashlib.sha256()
         self.size = self.count = 0
         self.by_app: dict[str, int] = {}
         self.ids = 0  # distinct trajectories used
         self.tasks: set[str] = set()
+
+    @classmethod
+    def open(cls, stack: ExitStack, final: Path) -> _Sink:
+        """A sink whose file appears under `final` when `stack` closes without an exception."""
+        try:
+            f = stack.enter_context(atomic_open(final, "wb", perms=_DATA_PERMS))
+        except OSError as e:
+            raise ExportError(f"cannot write to {final.parent}: {e}") from e
+        return cls(final, f)
 
     def write(self, obj: dict[str, Any], app: str, task_id: str) -> None:
         line = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
@@ -295,94 +109,11 @@ class _Sink:
         self.by_app[app] = self.by_app.get(app, 0) + 1
         self.tasks.add(task_id)  # one entry per task, not per row
 
-    def close(self) -> None:
-        if not self.f.closed:
-            self.f.flush()
-            os.fsync(self.f.fileno())
-            self.f.close()
-
-    def commit(self) -> None:
-        os.replace(self.tmp, self.final)
-
-    def abort(self) -> None:
-        if not self.f.closed:
-            self.f.close()
-        Path(self.tmp).unlink(missing_ok=True)
-
-
-# -- query -------------------------------------------------------------------------------------
-
-
-def _conditions(t: Any, f: ExportFilters) -> list[Any]:
-    conds = [t.created_at < f.until]
-    if f.since is not None:
-        conds.append(t.created_at >= f.since)
-    if f.app is not None:
-        conds.append(t.app == f.app)
-    if f.task is not None:
-        conds.append(t.task_id == f.task)
-    if f.model_version is not None:
-        conds.append(t.served_version == f.model_version)
-    if f.min_reward is not None:
-        conds.append(t.reward >= f.min_reward)
-    if f.min_score is not None:
-        score_ok = t.score >= f.min_score
-        if f.corrections:
-            fb = FeedbackRow
-            score_ok = sa.or_(score_ok, t.id.in_(sa.select(fb.trajectory_id).where(fb.correction.is_not(None))))
-        conds.append(score_ok)
-    return conds
-
-
-def _where(f: ExportFilters, *, exact_dedup: bool) -> Any:
-    t = TrajectoryRow
-    conds = _conditions(t, f)
-    if exact_dedup:
-        # Keep the earliest (created_at, id) of each content hash among the rows the filters keep.
-        t2 = aliased(TrajectoryRow)
-        earlier = sa.or_(t2.created_at < t.created_at, sa.and_(t2.created_at == t.created_at, t2.id < t.id))
-        conds.append(~sa.exists().where(t2.content_hash == t.content_hash, earlier, *_conditions(t2, f)))
-    return sa.and_(*conds)
-
-
-def _count(store: Store, where: Any) -> int:
-    with store.engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).select_from(TrajectoryRow).where(where)).scalar_one())
-
-
-def _pages(store: Store, where: Any, keys: list[Any], batch: int) -> Iterator[list[Any]]:
-    """Keyset pagination over `keys` (the last is the unique id): short reads, no long transaction."""
-    t = TrajectoryRow
-    cols = [t.id, t.task_id, t.app, t.served_version, t.reward, t.score, t.success, t.cluster, t.created_at, t.data]
-    base = sa.select(*cols).where(where).order_by(*keys)
-    last: tuple[Any, ...] | None = None
-    while True:
-        q = base
-        if last is not None:
-            q = q.where(sa.tuple_(*keys) > sa.tuple_(*last))  # a range scan on the matching composite index
-        with store.engine.connect() as conn:
-            page = conn.execute(q.limit(batch)).all()
-        if page:
-            yield page
-        if len(page) < batch:
-            return
-        last = tuple(getattr(page[-1], k.key) for k in keys)
-
-
-def _corrections(store: Store, ids: list[str]) -> dict[str, str]:
-    fb = FeedbackRow
-    q = sa.select(fb.trajectory_id, fb.correction).where(fb.trajectory_id.in_(ids), fb.correction.is_not(None))
-    with store.engine.connect() as conn:
-        return {tid: c for tid, c in conn.execute(q.order_by(fb.id)).all()}  # latest correction wins
-
-
-# -- export ------------------------------------------------------------------------------------
-
 
 def _check_format(fmt: str) -> None:
-    if fmt not in _defaults.EXPORT_FORMATS_SUPPORTED:
+    if fmt not in _defaults.EXPORT_FORMATS:
         raise UnsupportedFormatError(
-            f"unknown export format {fmt!r}: choose one of {', '.join(_defaults.EXPORT_FORMATS_SUPPORTED)}"
+            f"unknown export format {fmt!r}: choose one of {', '.join(_defaults.EXPORT_FORMATS)}"
         )
 
 
@@ -403,22 +134,18 @@ def _validate(fmt: str, limit: int | None, since: datetime | None, until: dateti
         raise ConfigError(f"ngram must be >= 1, got {ngram}")
 
 
-def _balance_rates(store: Store, where: Any, by: str, per_group: int | None, limit: int | None) -> tuple[dict[Any, float], int]:
-    col = TrajectoryRow.task_id if by == "task" else TrajectoryRow.cluster
-    with store.engine.connect() as conn:
-        sizes = dict(conn.execute(sa.select(col, sa.func.count()).where(where).group_by(col)).all())
-    if not sizes:
-        return {}, per_group or 0
-    if per_group is None:
-        if limit is not None:  # the largest cap K with sum(min(n, K)) <= limit
-            lo, hi = 0, max(sizes.values())
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if sum(min(n, mid) for n in sizes.values()) <= limit else (lo, mid - 1)
-            per_group = max(1, lo)
-        else:
-            per_group = max(1, int(statistics.median(sizes.values())))
-    return {k: min(1.0, per_group / n) for k, n in sizes.items()}, per_group
+def _output_path(out_path: str | Path) -> Path:
+    out = Path(out_path).expanduser()
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a directory: give a file path such as {out / 'sft.jsonl'}")
+    return out
+
+
+def _make_dir(out: Path) -> None:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"cannot create the output directory {out.parent}: {e}") from e
 
 
 def export(
@@ -469,60 +196,49 @@ def export(
         output cannot be written.
     """
     _validate(format, limit, since, until, holdout, balance, per_group, ngram)
-    out = Path(out_path).expanduser()
-    if out.is_dir():
-        raise ConfigError(f"--out {out} is a directory: give a file path such as {out / 'sft.jsonl'}")
+    out = _output_path(out_path)
     index = EvalIndex.from_jsonl(decontaminate, ngram) if decontaminate is not None else None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ExportError(f"cannot create the output directory {out.parent}: {e}") from e
-
-    started = utcnow()
+    _make_dir(out)
+    eval_file = Path(decontaminate).expanduser() if decontaminate is not None else None
     filters = ExportFilters(
         min_reward=min_reward, min_score=min_score, app=app, task=task, model_version=model_version,
-        since=to_naive_utc(since) if since else None, until=to_naive_utc(until) if until is not None else started,
+        since=to_naive_utc(since) if since else None, until=to_naive_utc(until) if until is not None else utcnow(),
         limit=limit, dedup=dedup, balance=balance, per_group=per_group, holdout=holdout,
-        decontaminate=str(Path(decontaminate).expanduser().resolve()) if decontaminate is not None else None,
-        decontaminate_sha256=hashlib.sha256(Path(decontaminate).expanduser().read_bytes()).hexdigest() if decontaminate else None,
+        decontaminate=str(eval_file.resolve()) if eval_file is not None else None,
+        decontaminate_sha256=hashlib.sha256(eval_file.read_bytes()).hexdigest() if eval_file is not None else None,
         ngram=ngram if decontaminate is not None else None, corrections=corrections,
     )
     store = db_url if isinstance(db_url, Store) else open_store(db_url)
-    sinks: list[_Sink] = []
     try:
-        matched = _count(store, _where(filters, exact_dedup=False))
-        where = _where(filters, exact_dedup=dedup)
-        dropped: dict[str, int] = {}
-        if dedup:
-            dropped["exact_duplicate"] = matched - _count(store, where)
-        rates: dict[Any, float] = {}
-        if balance is not None:
-            rates, resolved = _balance_rates(store, where, balance, per_group, limit)
-            filters = filters.model_copy(update={"per_group": resolved})
-        main = _Sink(out)
-        sinks.append(main)
-        side = _Sink(holdout_path_for(out)) if holdout is not None else None
-        if side is not None:
-            sinks.append(side)
-        _run(store, filters, where, format, main, side, index, rates, matched, dropped, batch_size, progress)
-        qm = store.score_model("quality")
-        for s in sinks:
-            s.close()
-        for s in sinks:
-            s.commit()
-    except BaseException:
-        for s in sinks:
-            s.abort()
-        raise
+        return _export(store, out, format, filters, index, batch_size, progress)
     finally:
         if not isinstance(db_url, Store):
             store.close()
 
+
+def _export(store: Store, out: Path, fmt: str, filters: ExportFilters, index: EvalIndex | None, batch: int,
+            progress: Callable[[int], None] | None) -> ExportManifest:
+    """Count, resolve the balance, write the files, then the manifest."""
+    matched = count_rows(store, where_clause(filters, exact_dedup=False))
+    where = where_clause(filters, exact_dedup=filters.dedup)
+    dropped: dict[str, int] = {}
+    if filters.dedup:
+        dropped["exact_duplicate"] = matched - count_rows(store, where)
+    rates: dict[Any, float] = {}
+    if filters.balance is not None:
+        rates, resolved = balance_rates(store, where, filters.balance, filters.per_group, filters.limit)
+        filters = filters.model_copy(update={"per_group": resolved})
+    with ExitStack() as stack:  # closing it renames both files into place; an exception removes both
+        main = _Sink.open(stack, out)
+        side = _Sink.open(stack, holdout_path_for(out)) if filters.holdout is not None else None
+        _run(store, filters, where, fmt, main, side, index, rates, matched, dropped, batch, progress)
+        qm = store.score_model("quality")
     manifest = ExportManifest(
-        format=format, path=str(out), count=main.count, by_app=main.by_app, trajectories=main.ids, tasks=len(main.tasks),
+        format=fmt, path=str(out), count=main.count, by_app=main.by_app, trajectories=main.ids, tasks=len(main.tasks),
         matched=matched, dropped={k: v for k, v in dropped.items() if v}, filters=filters,
-        holdout=None if side is None else HoldoutInfo(path=str(side.final), fraction=holdout or 0.0, count=side.count,
-                                                      tasks=len(side.tasks), sha256=side.digest.hexdigest(), bytes=side.size),
+        holdout=None if side is None else HoldoutInfo(path=str(side.final), fraction=filters.holdout or 0.0,
+                                                      count=side.count, tasks=len(side.tasks),
+                                                      sha256=side.digest.hexdigest(), bytes=side.size),
         quality_model=None if qm is None else {"id": qm.id, "auc": qm.auc},
         created_at=datetime.now(timezone.utc), sha256=main.digest.hexdigest(), bytes=main.size,
         db=store.engine.url.render_as_string(hide_password=True),
@@ -530,13 +246,15 @@ def export(
     atomic_write(manifest_path_for(out), manifest.model_dump_json(indent=2) + "\n")
     from ._events import record_export
 
-    record_export(db_url, manifest)
+    record_export(store, manifest)
     return manifest
 
 
 def _run(store: Store, f: ExportFilters, where: Any, fmt: str, main: _Sink, side: _Sink | None, index: EvalIndex | None,
          rates: dict[Any, float], matched: int, dropped: dict[str, int], batch: int,
          progress: Callable[[int], None] | None) -> None:
+    """Stream the matching rows, page by page, through balance, decontamination, near-dup and the
+    format into the sinks, counting every drop; stops once the output holds `limit` lines."""
     t = TrajectoryRow
 
     def drop(reason: str, n: int = 1) -> None:
@@ -545,10 +263,10 @@ def _run(store: Store, f: ExportFilters, where: Any, fmt: str, main: _Sink, side
     near = NearDupFilter(matched) if f.dedup else None
     grouped = fmt != "sft"
     keys = [t.task_id, t.created_at, t.id] if grouped else [t.created_at, t.id]
-    group: list[_Row] = []
+    group: list[Row] = []
     read = 0
 
-    def emit(lines: list[_Line]) -> bool:
+    def emit(lines: list[Line]) -> bool:
         """Write lines (all of one task); True once the output file holds `limit` lines."""
         used: dict[int, set[str]] = {}
         full = False
@@ -566,12 +284,12 @@ def _run(store: Store, f: ExportFilters, where: Any, fmt: str, main: _Sink, side
 
     def flush() -> bool:
         rows, group[:] = list(group), []
-        return bool(rows) and emit(_dpo_lines(rows, drop) if fmt == "dpo" else _grpo_lines(rows, drop))
+        return bool(rows) and emit(dpo_lines(rows, drop) if fmt == "dpo" else grpo_lines(rows, drop))
 
     if f.limit == 0:
         return
-    for page in _pages(store, where, keys, batch):
-        corr = _corrections(store, [r.id for r in page]) if f.corrections else {}
+    for page in pages(store, where, keys, batch):
+        corr = latest_corrections(store, [r.id for r in page]) if f.corrections else {}
         for r in page:
             read += 1
             if rates and unit_hash("balance:" + r.id) >= rates.get(r.task_id if f.balance == "task" else r.cluster, 1.0):
@@ -587,9 +305,9 @@ def _run(store: Store, f: ExportFilters, where: Any, fmt: str, main: _Sink, side
                 if near is not None and near.seen_words(words):
                     drop("near_duplicate")
                     continue
-            row = _Row(r, data, c)
+            row = Row(r, data, c)
             if not grouped:
-                if emit([(_sft_line(row), row, (row.id,))]):
+                if emit([(sft_line(row), row, (row.id,))]):
                     return
                 continue
             if group and (group[0].task_id != row.task_id or len(group) >= _defaults.MAX_GROUP):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from . import _defaults
-from ._db import default_db_url
+from ._engine import default_db_url
 from .errors import ConfigError
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@
     ├── UnknownTrajectoryError     feedback or a lookup named a trajectory id that is not stored
     ├── UnknownResponseError       feedback named a response id no captured trajectory holds
     └── ExportError                `export()` could not write its output
-        └── UnsupportedFormatError the format is unknown or not implemented yet (also a ValueError)
+        └── UnsupportedFormatError the export format is not one of sft, dpo, grpo (also a ValueError)
 
 Expected outcomes (a duplicate trajectory, a trajectory with no outcome) are data, not errors.
 """
@@ -59,4 +59,4 @@ class ExportError(CollectorError):
 
 
 class UnsupportedFormatError(ExportError, ValueError):
-    """The requested export format is unknown or not implemented yet."""
+    """The requested export format is not one of `sft`, `dpo`, `grpo`; the message lists them."""

@@ -362,7 +362,9 @@ res = env.step_tool(msg.tool_calls[0])
 messages.append(Message(role="tool", tool_call_id=msg.tool_calls[0].id, content=res.observation))
 env.snapshot().save(os.path.join(ckpt, "env.snap"))
 with open(os.path.join(ckpt, "workdir"), "w") as f:
-    f.write(sb.workdir_path)   # so the test can remove what the crash leaves behind (local backend)
+    f.write(sb.workdir_path)
+with open(os.path.join(ckpt, "pid"), "w") as f:
+    f.write(str(os.getpid()))   # so the test can remove what the crash leaves behind (local backend)
 with open(os.path.join(ckpt, "episode.json"), "w") as f:
     json.dump({"messages": [m.model_dump() for m in messages], "infos": [res.info]}, f)
 os.kill(os.getpid(), signal.SIGKILL)   # crash: no cleanup of any kind runs
@@ -387,6 +389,26 @@ def _finish(env: CodingEnv, task: Task, messages: list[Message], infos: list[dic
     return Trajectory(task_id=task.id, model="oracle", messages=messages, steps=steps)
 
 
+def _wait_for_no_containers_of(pid: int, reap: Any, timeout_s: float = 30.0) -> bool:
+    import socket
+    import time
+
+    import docker
+
+    client = docker.from_env()
+    prefix = f"{socket.gethostname()}:{pid}:"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        owned = [c for c in client.api.containers(all=True, filters={"label": "looplift.owner"})
+                 if (c.get("Labels") or {}).get("looplift.owner", "").startswith(prefix)]
+        if not owned:
+            return True
+        if time.monotonic() > deadline - timeout_s / 2:
+            reap()
+        time.sleep(0.5)
+    return False
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_episode_killed_mid_way_resumes_to_the_same_final_state(backend: str, tmp_path: Path, task: Task) -> None:
     from sandboxes import reap_orphans
@@ -397,7 +419,9 @@ def test_episode_killed_mid_way_resumes_to_the_same_final_state(backend: str, tm
                            capture_output=True, text=True, timeout=120, check=False)
     assert child.returncode == -signal.SIGKILL, child.stderr
     if backend == "docker":
-        assert reap_orphans()  # the killed process's container is found and removed
+        # the killed process's container goes: its reaper removes it within seconds; reap_orphans, run by any
+        # later process, removes it if the reaper could not
+        assert _wait_for_no_containers_of(int((tmp_path / "pid").read_text()), reap_orphans)
     else:
         shutil.rmtree((tmp_path / "workdir").read_text(), ignore_errors=True)  # a killed local sandbox leaves its dir
     saved = json.loads((tmp_path / "episode.json").read_text())

@@ -20,9 +20,7 @@ from collector import (
     serve_in_thread,
 )
 from _trajs import body, traj
-from sdk._types import (
-    Step,
-)
+from sdk._types import Message, Step, ToolCall, ToolCallFunction, Trajectory
 
 KEY = "test-key-123"
 
@@ -190,7 +188,7 @@ def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> No
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from collector._db import metadata
+    from collector._schema import metadata
 
     url = f"sqlite:///{tmp_path / 'fresh' / 'c.db'}"
     s1 = open_store(url)
@@ -209,15 +207,54 @@ def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> No
 
 
 def test_idempotent_insert_compiles_for_postgres() -> None:
-    # Postgres is not installed on this machine; check the statement the same code path builds.
+    # The statement ingest builds for Postgres, compiled (the Postgres cases run it for real).
     from sqlalchemy.dialects import postgresql
-    from sqlalchemy.dialects.postgresql import insert
 
-    from collector._db import TrajectoryRow
+    from collector._ingest import insert_statement
 
-    stmt = insert(TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
-    sql = str(stmt.compile(dialect=postgresql.dialect()))
+    sql = str(insert_statement("postgresql").compile(dialect=postgresql.dialect()))
     assert "ON CONFLICT (id) DO NOTHING" in sql and "RETURNING trajectories.id" in sql
+
+
+ODD = "  Grüße,\n\tworld\x1c\x85 \u2028“quoted” \\ back\x00slash \U0001F600 \x7f  "
+
+
+def test_content_hash_is_stable_across_versions() -> None:
+    # Export's exact dedup compares stored hashes of old rows with new ones: these are the values the
+    # earlier json.dumps(sort_keys=True) implementation gave, whitespace, escapes and non-ASCII included.
+    from collector._ingest import content_hash
+
+    odd = Trajectory(id="odd", task_id="t", model="m", messages=[
+        Message(role="system", content=ODD), Message(role="user", content="hi", name="bob"),
+        Message(role="assistant", tool_calls=[ToolCall(id="x1", function=ToolCallFunction(name='f"n', arguments=ODD))]),
+        Message(role="tool", content="", tool_call_id="x1")])
+    assert content_hash(traj(0)) == "c61494299851b0fabe28645fd335bfa7bfbe56b73489d993adfe69021ecb3612"
+    assert content_hash(odd) == "d67b1bb9ebf6cb1fab48d6046c53c7266d87adf8d0e691158b88f3d941e6deb8"
+
+
+def test_content_hash_is_the_documented_json_for_any_text() -> None:
+    import hashlib
+    import json
+    import random
+
+    from collector._ingest import content_hash
+
+    def documented(t: Trajectory) -> str:  # what the docstring of content_hash promises
+        norm = [{"role": m.role, "content": " ".join(m.content.split()) if m.content else None,
+                 **({"name": m.name} if m.name else {}),
+                 **({"tool_calls": [[c.function.name, " ".join(c.function.arguments.split())] for c in m.tool_calls]}
+                    if m.tool_calls else {})} for m in t.messages]
+        blob = json.dumps(norm, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    rng = random.Random(7)
+    alphabet = ODD + "a\"/\b\f\r\x0b\x1f\xa0\u2029\ufeff<>&'"
+    for _ in range(300):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 24)))
+        t = Trajectory(task_id="t", model="m", messages=[
+            Message(role="user", content=s, name=s or None),
+            Message(role="assistant", tool_calls=[ToolCall(id="c", function=ToolCallFunction(name=s, arguments=s))])])
+        assert content_hash(t) == documented(t), repr(s)
 
 
 def test_settings_from_env(tmp_path: Path) -> None:

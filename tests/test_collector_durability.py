@@ -30,7 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 from collector import open_store
-from collector._db import TrajectoryRow
+from collector._schema import TrajectoryRow
 from sdk._types import Message, Outcome, Trajectory, TrajectoryBatch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from collector import CollectorSettings, Store, create_app, open_store
 from collector._cli import app as cli_app
 from collector._curate import score
-from collector._db import TrajectoryRow
+from collector._schema import TrajectoryRow
 from collector._quality import QualityModel
 from collector._score import compose
 from sdk._types import Feedback, Outcome
@@ -167,11 +167,12 @@ def test_http_stats_report_the_model(db_url: str, store: Store) -> None:
 def test_migration_0002_backfills_scores_of_an_existing_database(tmp_path: Path) -> None:
     from alembic import command
 
-    from collector._db import _alembic_config, make_engine
+    from collector._engine import make_engine
+    from collector._migrate import alembic_config
 
     path = tmp_path / "old.db"
     engine = make_engine(f"sqlite:///{path}")
-    cfg = _alembic_config(str(engine.url))
+    cfg = alembic_config(str(engine.url))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0001")

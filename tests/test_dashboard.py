@@ -149,7 +149,7 @@ def test_the_time_series_buckets_by_five_minutes_hours_and_days(any_db_url: str)
     import sqlalchemy as sa
 
     from collector._dashboard_data import data, live
-    from collector._db import TrajectoryRow, utcnow
+    from collector._schema import TrajectoryRow, utcnow
 
     store = open_store(any_db_url)
     try:

@@ -19,7 +19,7 @@ from collector import ConfigError, Store, UnsupportedFormatError, export, open_s
 from collector._cli import app as cli_app
 from collector._curate import score
 from collector._dedup import NearDupFilter
-from collector._export import holdout_path_for, in_holdout
+from collector._export_manifest import holdout_path_for, in_holdout
 from sdk._types import Feedback
 
 
@@ -61,6 +61,22 @@ def test_sft_content_order_and_manifest(db_url: str, tmp_path: Path) -> None:
     assert manifest["count"] == 5 and manifest["format"] == "sft" and manifest["by_app"] == {"a": 2, "b": 3}
     assert manifest["filters"]["min_reward"] is None and manifest["holdout"] is None
     assert not list((tmp_path / "out").glob(".*tmp"))  # temp files renamed or removed
+
+
+def test_interrupted_export_keeps_the_previous_files_whole(db_url: str, tmp_path: Path) -> None:
+    _ingest_small(db_url)
+    out = tmp_path / "out" / "sft.jsonl"
+    export(db_url, out, holdout=0.5)
+    before = {p.name: p.read_bytes() for p in out.parent.iterdir()}
+    assert len(before) == 3 and (out.stat().st_mode & 0o777) == 0o600  # data, holdout, manifest; data private
+
+    def interrupt(_read: int) -> None:  # as Ctrl-C would, after the first page was written
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export(db_url, out, holdout=0.5, batch_size=1, progress=interrupt)
+    # No temporary file left, and the previous export's three files untouched, byte for byte.
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before
 
 
 def test_every_filter(store: Store, tmp_path: Path) -> None:

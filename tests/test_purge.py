@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from collector import ConfigError, Store, UnknownTrajectoryError, open_store
 from collector._cli import app as cli_app
 from collector._cli import parse_duration
-from collector._db import TrajectoryRow
+from collector._schema import TrajectoryRow
 from collector._export import export
 from sdk._types import Feedback, Message, Outcome, Trajectory
 

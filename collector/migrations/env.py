@@ -1,6 +1,6 @@
 """Alembic environment for the collector's schema.
 
-Run by `collector._db.migrate`, which passes an open connection in `config.attributes`; no
+Run by `collector._migrate.migrate`, which passes an open connection in `config.attributes`; no
 alembic.ini is needed. Also works from the alembic CLI with `sqlalchemy.url` set (offline
 `--sql` mode included). The version table is `collector_alembic_version` so other components can
 migrate their own tables in the same database.
@@ -12,7 +12,7 @@ from alembic import context
 from sqlalchemy import create_engine, text
 
 from collector import _defaults
-from collector._db import metadata
+from collector._schema import metadata
 
 config = context.config
 # Any constant works: it only has to be the same for every collector replica.

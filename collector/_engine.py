@@ -1,0 +1,86 @@
+"""Database URLs and engines: one SQLAlchemy engine per store, SQLite or Postgres.
+
+`make_engine` validates the URL (a one-line fix in the error), creates SQLite's directory, and sets
+SQLite up for a server: WAL (readers never block ingest), a busy timeout, `synchronous=NORMAL`
+(durable across application crashes in WAL mode), and transactions that really begin at BEGIN
+(pysqlite's own handling defers it and breaks transactional DDL), IMMEDIATE where asked.
+
+Deliberately not here: the schema (`_schema.py`), migrations (`_migrate.py`), and any pooling or
+driver tuning beyond `pool_pre_ping` on Postgres.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from . import _defaults
+from .errors import ConfigError, StorageError
+
+
+def short_error(e: BaseException) -> str:
+    """The driver's message without SQLAlchemy's echo of the statement and its parameters
+    (which would put trajectory text into logs and HTTP responses)."""
+    orig = getattr(e, "orig", None)
+    return f"{type(orig or e).__name__}: {orig or e}".splitlines()[0]
+
+
+def default_db_url(home: str | None = None) -> str:
+    """`sqlite:///$LOOPLIFT_HOME/collector.db`, with `home` defaulting to `~/.looplift`."""
+    base = Path(home or _defaults.DEFAULT_HOME).expanduser()
+    return f"sqlite:///{base / _defaults.DB_FILENAME}"
+
+
+def make_engine(db_url: str) -> Engine:
+    """An engine for `db_url`; for SQLite, WAL mode, a busy timeout and real transactions."""
+    try:
+        url = sa.make_url(db_url)
+    except sa.exc.ArgumentError as e:
+        raise ConfigError(
+            f"invalid database URL {db_url!r}: use sqlite:///PATH or postgresql+psycopg://USER:PASS@HOST/DB ({e})"
+        ) from e
+    backend = url.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ConfigError(
+            f"unsupported database {backend!r} in {url.render_as_string(hide_password=True)}: "
+            "use sqlite:///PATH or postgresql+psycopg://USER:PASS@HOST/DB"
+        )
+    if backend == "postgresql":
+        try:
+            return sa.create_engine(url, pool_pre_ping=True)
+        except ImportError as e:
+            raise ConfigError(f"no Postgres driver for {url.drivername}: pip install 'psycopg[binary]' ({e})") from e
+
+    if url.database and url.database != ":memory:":
+        parent = Path(url.database).expanduser().parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create the database directory {parent}: {e}; pass a writable --db path") from e
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling defers BEGIN and breaks transactional DDL; take it
+        # over (the SQLAlchemy-documented recipe) so migrations and batches are atomic.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")  # readers (export, stats) never block ingest
+        cur.execute(f"PRAGMA busy_timeout={_defaults.SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA synchronous=NORMAL")  # durable across app crashes in WAL mode
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # IMMEDIATE (asked for with the `sqlite_immediate` execution option) takes the write lock
+        # up front, waiting up to the busy timeout: a deferred transaction that reads first (the
+        # migration reads the version table) would fail with "database is locked" at its first
+        # write when another process got there between, instead of waiting.
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine

@@ -1,0 +1,130 @@
+"""The three export formats, as pure functions from stored rows to JSONL lines (no I/O).
+
+- `sft_line`: one chat per trajectory; with a user correction, the prompt plus the correction.
+- `dpo_lines`: within one task, trajectories with equal prompts ranked by score, best paired with
+  worst while strictly better; a correction pairs against the trajectory it corrected.
+- `grpo_lines`: one line per (task, prompt) group of at least two scored trajectories, token ids
+  and logprobs re-indexed to the completion.
+
+The exact line shapes are in `_export.py`'s docstring. The prompt is the messages before the first
+assistant message; prompts compare with whitespace collapsed. What a function cannot use it reports
+through `drop(reason, n)` (`no_score`, `unpaired`, `group_too_small`), never silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+def _msgs(ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in m.items() if v is not None} for m in ms]
+
+
+def _prompt_len(ms: list[dict[str, Any]]) -> int:
+    """Number of messages before the first assistant message (the prompt)."""
+    for i, m in enumerate(ms):
+        if m.get("role") == "assistant":
+            return i
+    return len(ms)
+
+
+def _prompt_key(ms: list[dict[str, Any]]) -> str:
+    norm = [[m.get("role"), " ".join((m.get("content") or "").split())] for m in ms[: _prompt_len(ms)]]
+    return hashlib.sha256(json.dumps(norm).encode()).hexdigest()
+
+
+class Row:
+    """One candidate trajectory: its columns, parsed data and correction."""
+
+    __slots__ = ("id", "task_id", "app", "version", "reward", "score", "success", "data", "correction")
+
+    def __init__(self, r: Any, data: dict[str, Any], correction: str | None) -> None:
+        self.id, self.task_id, self.app, self.version = r.id, r.task_id, r.app, r.served_version
+        self.reward, self.score, self.success = r.reward, r.score, r.success
+        self.data, self.correction = data, correction
+
+
+def sft_line(row: Row) -> dict[str, Any]:
+    """The `sft` line of one trajectory (its correction as the answer, when it has one)."""
+    ms = row.data["messages"]
+    corrected = row.correction is not None
+    if corrected:
+        ms = ms[: _prompt_len(ms)] + [{"role": "assistant", "content": row.correction}]
+    line = {"id": row.id, "task_id": row.task_id, "app": row.app, "served_version": row.version,
+            "reward": row.reward, "score": row.score, "corrected": corrected, "messages": _msgs(ms)}
+    tools = (row.data.get("metadata") or {}).get("tools")
+    if tools and not corrected:  # the tools the conversation was given (captured traffic records them)
+        line["tools"] = tools
+    return line
+
+
+def _completion(row: Row) -> list[dict[str, Any]]:
+    ms = row.data["messages"]
+    return _msgs(ms[_prompt_len(ms):])
+
+
+#: A line to write, the row that decides its app/task/holdout side, and the trajectory ids it uses.
+Line = tuple[dict[str, Any], Row, tuple[str, ...]]
+
+
+def _scored_by_prompt(rows: list[Row], drop: Callable[[str, int], None]) -> list[list[Row]]:
+    """`rows` with a score, grouped by equal prompt (in first-seen order); the unscored are dropped."""
+    by_prompt: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.score is None:
+            drop("no_score", 1)
+        else:
+            by_prompt.setdefault(_prompt_key(r.data["messages"]), []).append(r)
+    return list(by_prompt.values())
+
+
+def dpo_lines(rows: list[Row], drop: Callable[[str, int], None]) -> list[Line]:
+    """The `dpo` pairs of `rows` (one task): corrections first, then best-against-worst per prompt."""
+    out: list[Line] = []
+
+    def pair(ch: Row | None, rj: Row, chosen: list[dict[str, Any]], source: str) -> dict[str, Any]:
+        ms = rj.data["messages"]
+        return {"task_id": rj.task_id, "prompt": _msgs(ms[: _prompt_len(ms)]), "chosen": chosen,
+                "rejected": _completion(rj), "chosen_id": ch.id if ch else rj.id, "rejected_id": rj.id,
+                "chosen_score": ch.score if ch else 1.0, "rejected_score": rj.score, "source": source}
+
+    for r in rows:
+        if r.correction is not None:
+            out.append((pair(None, r, [{"role": "assistant", "content": r.correction}], "correction"), r, (r.id,)))
+    for group in _scored_by_prompt(rows, drop):
+        ranked = sorted(group, key=lambda x: (-x.score, x.id))  # type: ignore[operator]
+        used = 0
+        for i in range(len(ranked) // 2):
+            best, worst = ranked[i], ranked[-1 - i]
+            if best.score <= worst.score:  # type: ignore[operator]
+                break
+            out.append((pair(best, worst, _completion(best), "score"), best, (best.id, worst.id)))
+            used += 2
+        drop("unpaired", len(group) - used)
+    return out
+
+
+def grpo_lines(rows: list[Row], drop: Callable[[str, int], None]) -> list[Line]:
+    """The `grpo` groups of `rows` (one task): one line per prompt with at least two scored trajectories."""
+    out = []
+    for group in _scored_by_prompt(rows, drop):
+        if len(group) < 2:
+            drop("group_too_small", len(group))
+            continue
+        ms = group[0].data["messages"]
+        k = _prompt_len(ms)
+        completions = []
+        for r in group:
+            kr = _prompt_len(r.data["messages"])
+            turns = [{**t, "message_index": t["message_index"] - kr} for t in r.data.get("turns") or []
+                     if t.get("message_index", -1) >= kr]
+            completions.append({"id": r.id, "reward": r.reward, "score": r.score, "success": r.success,
+                                "messages": _completion(r), "turns": turns})
+        line = {"task_id": group[0].task_id, "prompt": _msgs(ms[:k]), "rewards": [r.score for r in group],
+                "completions": completions}
+        out.append((line, group[0], tuple(r.id for r in group)))
+    return out
+
