@@ -10,7 +10,10 @@ One run, on this machine (the tools of `bench/gateway.py`, whose docstring expla
    delivering to the collector, spooling under its state directory).
 2. The same chat completions (`max_tokens` small, `ignore_eos`) to both gateways, interleaved at
    concurrency 1 (`n` rounds, each gateway taking each place in turn) and in alternating rounds of 16
-   workers, non-stream and stream. Added by capture = `on` percentile - `off` percentile, same run.
+   workers, non-stream and stream. Added by capture = `on` percentile - `off` percentile, same run. The CPU
+   time of each gateway process per request (/proc schedstat, every thread) says what capture costs the
+   gateway itself; the collector's ingest (anonymizing most of all) runs on the same 2 cores as vLLM here,
+   so at c=16 its work shows up in every column's latency, `off` included.
 3. The outage: 16 workers keep sending to `on` while the collector is SIGKILLed, stays down `--outage-s`
    seconds and is started again on the same port. Every request must still answer 200 (failed requests
    are counted, exceptions included); meanwhile the capture spools to disk and replays when the collector
@@ -82,25 +85,30 @@ class Row:
     #: on - off
     added_p50_ms: float
     added_p99_ms: float
+    #: CPU time of each gateway process (all threads: the capture worker and its collector client included)
+    #: over the mode and a one-second settle after it, per request
+    off_cpu_ms_per_request: float
+    on_cpu_ms_per_request: float
 
 
-def row(mode: str, c: int, res: dict[str, list[Sample]]) -> Row:
+def row(mode: str, c: int, res: dict[str, list[Sample]], cpu_ns: dict[str, int]) -> Row:
     ms = {k: [s.total_s * 1000 for s in v] for k, v in res.items()}
     p50 = {k: statistics.median(v) for k, v in ms.items()}
     p99 = {k: pct(v, 99) for k, v in ms.items()}
-    return Row(mode, c, len(ms["on"]), p50["off"], p99["off"], p50["on"], p99["on"], p50["on"] - p50["off"],
-               p99["on"] - p99["off"])
+    n = len(ms["on"])
+    return Row(mode, c, n, p50["off"], p99["off"], p50["on"], p99["on"], p50["on"] - p50["off"],
+               p99["on"] - p99["off"], cpu_ns["off"] / 1e6 / n, cpu_ns["on"] / 1e6 / n)
 
 
 def render(console: Console, rows: list[Row]) -> None:
     t = Table(title="gateway with capture on vs off, same vLLM, same run (ms; +added = on - off)")
-    for col in ("mode", "c", "n", "off p50", "on p50", "+p50", "off p99", "on p99", "+p99"):
+    for col in ("mode", "c", "n", "off p50", "on p50", "+p50", "off p99", "on p99", "+p99", "CPU/req off", "on"):
         t.add_column(col, justify="left" if col == "mode" else "right")
     for r in rows:
         ok = r.concurrency != 1 or r.added_p50_ms <= TARGET_ADDED_P50_MS
         t.add_row(r.mode, str(r.concurrency), str(r.n), f"{r.off_p50_ms:.2f}", f"{r.on_p50_ms:.2f}",
                   f"[{'green' if ok else 'red'}]{r.added_p50_ms:+.2f}[/]", f"{r.off_p99_ms:.2f}", f"{r.on_p99_ms:.2f}",
-                  f"{r.added_p99_ms:+.2f}")
+                  f"{r.added_p99_ms:+.2f}", f"{r.off_cpu_ms_per_request:.3f}", f"{r.on_cpu_ms_per_request:.3f}")
     console.print(t)
 
 
@@ -194,6 +202,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             def restart() -> None:
                 children["collector"] = Child("--serve-collector", db, port, script=me)
 
+            def cpu() -> dict[str, int]:
+                return {k: children[k].cpu_ns() for k in ("off", "on")}
+
             async def measure() -> dict[str, Any]:
                 nonlocal sent_on
                 conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0)
@@ -202,14 +213,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                         sent_on += len((await run_c1(s, targets, body, 10))["on"])
                         sent_on += len((await run_cn(s, targets, body, args.concurrency, 2, 1))["on"])
                     for mode, body in (("non-stream", base), ("stream", {**base, "stream": True})):
-                        with console.status(f"{mode}, c=1: {args.n} rounds"):
-                            res = await run_c1(s, targets, body, args.n)
-                            rows.append(row(mode, 1, res))
-                            sent_on += len(res["on"])
-                        with console.status(f"{mode}, c={args.concurrency}: {args.rounds} rounds per gateway"):
-                            res = await run_cn(s, targets, body, args.concurrency, args.per_worker, args.rounds)
-                            rows.append(row(mode, args.concurrency, res))
-                            sent_on += len(res["on"])
+                        for c in (1, args.concurrency):
+                            with console.status(f"{mode}, c={c}"):
+                                c0 = cpu()
+                                res = await (run_c1(s, targets, body, args.n) if c == 1 else
+                                             run_cn(s, targets, body, c, args.per_worker, args.rounds))
+                                await asyncio.sleep(1.0)  # the capture worker and its client finish this mode's work
+                                rows.append(row(mode, c, res, {k: v - c0[k] for k, v in cpu().items()}))
+                                sent_on += len(res["on"])
                     with console.status(f"collector killed for {args.outage_s:.0f} s under c={args.concurrency}"):
                         out = await outage(s, targets[1], base, args.concurrency, 3.0, args.outage_s, 5.0, kill,
                                            restart)
