@@ -33,7 +33,6 @@ import asyncio
 import os
 import signal
 import socket
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -42,7 +41,7 @@ from typing import Any, Optional
 
 import aiohttp
 import httpx
-from gateway import (CHAT, ROOT, Child, Sample, Target, bench_console, load_parser, pct, run_c1, run_cn,
+from gateway import (CHAT, ROOT, Child, Sample, Target, bench_console, latencies, load_parser, run_c1, run_cn,
                      tiny_vllm, write_results)
 from rich.console import Console
 from rich.table import Table
@@ -92,9 +91,7 @@ class Row:
 
 
 def row(mode: str, c: int, res: dict[str, list[Sample]], cpu_ns: dict[str, int]) -> Row:
-    ms = {k: [s.total_s * 1000 for s in v] for k, v in res.items()}
-    p50 = {k: statistics.median(v) for k, v in ms.items()}
-    p99 = {k: pct(v, 99) for k, v in ms.items()}
+    ms, p50, p99 = latencies(res)
     n = len(ms["on"])
     return Row(mode, c, n, p50["off"], p99["off"], p50["on"], p99["on"], p50["on"] - p50["off"],
                p99["on"] - p99["off"], cpu_ns["off"] / 1e6 / n, cpu_ns["on"] / 1e6 / n)

@@ -246,6 +246,12 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
+def latencies(res: dict[str, list[Sample]]) -> tuple[dict[str, list[float]], dict[str, float], dict[str, float]]:
+    """Per target: the totals in ms, their p50 and their p99."""
+    ms = {k: [s.total_s * 1000 for s in v] for k, v in res.items()}
+    return ms, {k: statistics.median(v) for k, v in ms.items()}, {k: pct(v, 99) for k, v in ms.items()}
+
+
 @dataclass
 class Row:
     mode: str
@@ -268,9 +274,7 @@ class Row:
 
 
 def row(mode: str, c: int, res: dict[str, list[Sample]], cpu_ns: dict[str, int]) -> Row:
-    ms = {k: [s.total_s * 1000 for s in v] for k, v in res.items()}
-    p50 = {k: statistics.median(v) for k, v in ms.items()}
-    p99 = {k: pct(v, 99) for k, v in ms.items()}
+    ms, p50, p99 = latencies(res)
     fb = None
     if mode == "stream":
         fb = (statistics.median(s.first_byte_s for s in res["gateway"])
