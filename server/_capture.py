@@ -18,6 +18,10 @@ Metrics (the dashboard shows every `capture`/`drop` family): `looplift_gateway_c
 to the collector client), `looplift_gateway_capture_dropped{reason}`, and at scrape time
 `looplift_gateway_capture_queue` and `looplift_gateway_capture_spooled` / `_replayed` / `_rejected`.
 
+A request sent with `X-Looplift-Capture: off` is not captured: the SDK sends it when it records the
+episode itself (a collector was given: its trajectory, with the verifier's outcome, is the record), and the
+trainer's eval gate always does (eval traffic must never become training data).
+
 Deliberately not here: `/v1/completions` (no conversation to stitch), anonymization (the collector's job),
 and anything a client did not send through the gateway.
 """
@@ -44,7 +48,8 @@ from ._settings import GatewaySettings
 log = logging.getLogger("looplift.server.capture")
 
 _STOP = object()
-_HEADERS = {b"x-looplift-session": "session", b"x-looplift-app": "app", b"x-looplift-task": "task"}
+_HEADERS = {b"x-looplift-session": "session", b"x-looplift-app": "app", b"x-looplift-task": "task",
+            b"x-looplift-capture": "capture"}
 #: Response ids remembered as captured (so feedback right after a completion waits for its delivery).
 _RECENT = 50_000
 
@@ -64,7 +69,7 @@ class _Scrape(Collector):
 
 
 def headers_of(scope: Any) -> dict[str, str]:
-    """The `X-Looplift-Session/App/Task` values of a request (by field name), from its ASGI scope."""
+    """The `X-Looplift-Session/App/Task/Capture` values of a request (by field name), from its ASGI scope."""
     out = {}
     for k, v in scope["headers"]:
         name = _HEADERS.get(k)
@@ -111,8 +116,11 @@ class Capture:
         return self.settings.capture or (key_id is not None and key_id in self.settings.capture_key_ids)
 
     def begin(self, fields: dict[str, Any], model: str, version: str, key_id: Optional[str],
-              headers: dict[str, str]) -> Exchange:
-        """Start capturing one exchange (the proxy fills `body` / `chunks` as it relays the answer)."""
+              headers: dict[str, str]) -> Optional[Exchange]:
+        """Start capturing one exchange (the proxy fills `body` / `chunks` as it relays the answer); None when
+        the request asks not to be captured (`X-Looplift-Capture: off`)."""
+        if headers.get("capture", "").lower() == "off":
+            return None
         return Exchange(fields=fields, model=model, version=version, key_id=key_id, app=headers.get("app"),
                         session=headers.get("session"), task=headers.get("task"), started_at=time.time(),
                         stream=bool(fields.get("stream")))

@@ -132,6 +132,9 @@ def test_anonymized_per_key_capture_and_feedback_rules(stack: dict[str, Any]) ->
                                          messages=[{"role": "user", "content": "I am jane.doe@example.com"}])
     t = _stored(stack, mine.id)
     assert t is not None and "jane.doe@example.com" not in t.model_dump_json()  # anonymized before storage
+    off = _client(stack, ALICE, **{"X-Looplift-Capture": "off"}).chat.completions.create(
+        model="policy", max_tokens=4, messages=[{"role": "user", "content": "not for training"}])
+    assert _stored(stack, off.id) is None  # the SDK with a collector, and the eval gate, send this header
     bob = _client(stack, BOB, **{"X-Looplift-Session": "s-bob"})
     r = bob.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert _stored(stack, r.id) is None  # BOB is not a capture key
