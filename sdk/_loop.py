@@ -347,14 +347,16 @@ async def arun(
     called after each episode (e.g. to advance a progress bar). `base_url` defaults to
     `$LOOPLIFT_BASE_URL`, then the local gateway (http://127.0.0.1:8000/v1). `budget` (or the shorthand
     `max_steps`) bounds each episode; `policy` replaces the model (no server is contacted then). `headers`
-    are sent with every request, besides `X-Looplift-App: app`; with a `collector`, `X-Looplift-Capture: off` is added, so a gateway that
-    captures traffic does not store a second, outcome-less copy of the episode the SDK records itself.
+    are sent with every request, besides `X-Looplift-App: app`; with a `collector`, `X-Looplift-Capture: off`
+    is added, so a gateway that captures traffic does not store a second, outcome-less copy of the episode the
+    SDK records itself.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
     limits = _budget(budget, max_steps)
     own_client = client is None and policy is None
-    hdrs = {"X-Looplift-App": app, **(headers or {})}  # a capturing gateway files the exchanges under `app`
+    # A capturing gateway files the exchanges under `app` (HTTP header values are ASCII: other names are left out).
+    hdrs = {**({"X-Looplift-App": app} if app.isascii() and app.isprintable() else {}), **(headers or {})}
     if collector is not None:
         hdrs.setdefault(_defaults.CAPTURE_HEADER, "off")
     ctx = _Ctx(client=client or (None if policy is not None else _client(base_url, api_key, timeout, hdrs)),
