@@ -310,14 +310,18 @@ class TimedAnonymizer:
     def __init__(self, inner: Any, keep: int = 200) -> None:
         self.inner, self.keep, self.cpu, self.calls, self.out = inner, keep, 0.0, 0, []
 
-    def trajectory(self, t: Trajectory) -> Trajectory:
+    def trajectory_entities(self, t: Trajectory) -> tuple[Trajectory, list[Any]]:
+        """What ingest calls (the anonymized trajectory and the entities replaced, for the PII counts)."""
         c0 = time.process_time()
-        r = self.inner.trajectory(t)
+        r, found = self.inner.trajectory_entities(t)
         self.cpu += time.process_time() - c0
         self.calls += 1
         if len(self.out) < self.keep:
             self.out.append(r)
-        return r
+        return r, found
+
+    def trajectory(self, t: Trajectory) -> Trajectory:
+        return self.trajectory_entities(t)[0]
 
     def strings(self, *texts: str | None) -> list[str | None]:
         return list(self.inner.strings(*texts))
