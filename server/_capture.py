@@ -80,6 +80,16 @@ def headers_of(scope: Any) -> dict[str, str]:
     return out
 
 
+def _stream_complete(chunks: list[bytes]) -> bool:
+    """Whether the relayed SSE bytes end with the `data: [DONE]` event (it may straddle chunks)."""
+    tail = b""
+    for chunk in reversed(chunks):
+        tail = chunk + tail
+        if len(tail) >= 64:
+            break
+    return b"data: [DONE]" in tail[-64:]
+
+
 class Capture:
     """The capture queue, its worker thread and its collector client (see the module docstring)."""
 
@@ -126,8 +136,10 @@ class Capture:
                         stream=bool(fields.get("stream")))
 
     def finish(self, ex: Exchange, status: str, seconds: float) -> None:
-        """The exchange ended with `status` after `seconds`: queue it if it succeeded; drop it if the queue is full."""
-        if status != "200":
+        """The exchange ended with `status` after `seconds`: queue it if it succeeded; drop it if the queue is full.
+        A stream the client closed after its `data: [DONE]` (what the official client does as soon as it reads
+        it, often before vLLM's connection ends) is a complete exchange too."""
+        if status != "200" and not (status == "client_closed" and _stream_complete(ex.chunks)):
             return
         ex.latency_s = seconds
         try:

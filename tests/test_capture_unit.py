@@ -247,3 +247,35 @@ def test_looplift_up_refuses_an_open_host_before_starting_anything(extra: list[s
     assert p.returncode != 0 and "refusing to serve the gateway on '0.0.0.0' without API keys" in out, out[-2000:]
     assert "--insecure" in out and "Traceback" not in out
     assert not (tmp_path / "logs" / "vllm.log").exists()  # refused before vLLM started
+
+
+def test_a_stream_the_client_closed_after_done_is_captured_a_broken_one_is_not(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from sdk import CollectorClient
+    from server import GatewaySettings
+    from server._capture import Capture
+
+    posted: list[dict[str, Any]] = []
+
+    def collector(request: httpx.Request) -> httpx.Response:
+        posted.extend(json.loads(request.content)["trajectories"])
+        return httpx.Response(200, json={"accepted": 1, "duplicates": 0, "ids": []})
+
+    client = CollectorClient("http://collector", spool_dir=tmp_path / "spool", transport=httpx.MockTransport(collector))
+    cap = Capture(GatewaySettings(admin_token="a", state_dir=tmp_path, capture=True), CollectorRegistry(), client)
+    try:
+        msgs = [{"role": "user", "content": "hi"}]
+        done = _sse("rid-done", [{"content": "hel"}, {"content": "lo"}], "stop")
+        whole = b"".join(_sse("rid-cut", [{"content": "hel"}, {"content": "lo"}], "stop"))
+        cut = [whole[:-len(b"data: [DONE]\n\n")]]  # no [DONE]: the client left mid-answer
+        for chunks in (done, cut):
+            ex = cap.begin({"model": "policy", "messages": msgs, "stream": True}, "policy", "policy-v0", None, {})
+            assert ex is not None
+            ex.chunks += chunks
+            cap.finish(ex, "client_closed", 0.01)
+        assert cap.begin({"messages": msgs}, "policy", "policy-v0", None, {"capture": "off"}) is None
+        assert cap.flush(10)
+    finally:
+        cap.close()
+    assert [t["metadata"]["response_ids"] for t in posted] == [["rid-done"]]
