@@ -4,7 +4,8 @@ Two backends behind one `Sandbox` interface: `DockerSandbox` (a hardened, networ
 sandbox; each command is forked by a small runner inside it, `_inner.py`, never a `docker exec`) and
 `LocalSandbox` (host subprocesses with rlimits and, where the host allows, namespaces; a fallback, not a
 security boundary — see `LOCAL_LIMITATIONS`).
-`SandboxPool` keeps sandboxes warm for concurrent episodes. `make_sandbox`/`make_pool` pick the
+`SandboxPool` keeps sandboxes warm for concurrent episodes, on one Docker engine or spread over several
+by capacity (`EnginePlacer`, `EngineSpec`, `$LOOPLIFT_SANDBOX_ENGINES`). `make_sandbox`/`make_pool` pick the
 backend with `detect_backend`. Whatever the code does comes back as an `ExecResult`; only failures
 of the machinery raise (`sandboxes.errors`).
 
@@ -22,6 +23,7 @@ from ._arithmetic_suite import arithmetic_suite
 from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
+from ._engines import EnginePlacer, EngineSpec
 from ._envs import CodeEnv, ShellEnv
 from ._families import build_coding_tasks, env_families
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
@@ -52,6 +54,8 @@ __all__ = [
     "BackendChoice",
     "CodeEnv",
     "DockerSandbox",
+    "EnginePlacer",
+    "EngineSpec",
     "EnvSnapshot",
     "EngineUnavailableError",
     "ExecResult",

@@ -47,5 +47,20 @@ DEBIAN_SUITE = "bookworm"
 
 #: Sandboxes a pool keeps started and ready.
 POOL_SIZE = 2
+#: Seconds an `acquire` that waits, while a sandbox start has failed, lets pass before it retries the start.
+START_RETRY_S = 1.0
+
+# ---- several engines (`_engines.py`) -----------------------------------------------------------
+#: Environment variable listing the Docker engines a pool spreads over: `URL[#CAPACITY]`, spaces or commas.
+ENGINES_ENV = "LOOPLIFT_SANDBOX_ENGINES"
+#: An engine without a stated capacity holds at most this many sandboxes per core it reports. Sandboxes
+#: mostly wait for the model (a warm exec is ~20 ms, an LLM turn ~1 s), so a core serves several.
+SANDBOXES_PER_CORE = 4
+#: ... and at most this share of its memory divided by the sandbox memory limit (the limit is a hard cap).
+MEMORY_SHARE = 0.8
+#: Seconds an engine whose start failed is left alone before it is tried again (doubling per failure) ...
+ENGINE_RETRY_S = 5.0
+#: ... up to this.
+ENGINE_RETRY_MAX_S = 60.0
 #: PATH given to processes in both backends.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -53,7 +53,7 @@ from typing import Any
 from . import _defaults
 from ._base import OutputCallback, Sandbox, _CappedBuffer, _Outcome
 from ._config import SandboxConfig
-from ._engine import _import_docker, docker_client, require_image
+from ._engine import _engine_address, _import_docker, docker_client, require_image
 from .errors import SandboxBrokenError, SandboxStartError
 
 __all__ = ["DockerSandbox"]
@@ -96,7 +96,7 @@ def _remove_container(api: Any, holder: dict[str, str | None]) -> None:
 
 
 OWNER_LABEL = "looplift.owner"
-_reaped_once = False
+_reaped: set[str | None] = set()  # engines (None: DOCKER_HOST) reap_orphans ran on in this process
 _reap_lock = threading.Lock()
 
 
@@ -136,36 +136,39 @@ def reap_orphans(client: Any = None) -> list[str]:
     return removed
 
 
-def _reap_once(client: Any) -> None:
-    global _reaped_once
+def _reap_once(client: Any, engine: str | None) -> None:
     with _reap_lock:
-        if _reaped_once:
+        if engine in _reaped:
             return
-        _reaped_once = True
+        _reaped.add(engine)
     reap_orphans(client)
 
 
 class DockerSandbox(Sandbox):
     """A sandbox backed by one hardened Docker container (see the module docstring for the limits).
 
-    `client` lets a pool share one docker-py client; by default the sandbox makes its own from the
-    environment (`DOCKER_HOST`). Raises `EngineUnavailableError`, `ImageNotFoundError` or
+    `client` lets a pool share one docker-py client; by default the sandbox makes its own for `engine`
+    (a DOCKER_HOST-style URL; default the environment's `DOCKER_HOST`). Raises `EngineUnavailableError`, `ImageNotFoundError` or
     `SandboxStartError` when it cannot start.
     """
 
     backend = "docker"
 
-    def __init__(self, config: SandboxConfig | None = None, *, client: Any = None) -> None:
+    def __init__(self, config: SandboxConfig | None = None, *, client: Any = None, engine: str | None = None) -> None:
         super().__init__(config or SandboxConfig())
         self._docker = _import_docker()
         self._owns_client = client is None
-        self._client = client if client is not None else docker_client()
+        self._client = client if client is not None else docker_client(url=engine)
+        #: URL of the engine the container runs on (DOCKER_HOST syntax).
+        self.engine: str = engine or getattr(self._client, "looplift_engine_url", None) or _engine_address()
         self._api = self._client.api
         require_image(self._client, self.config.image)
-        _reap_once(self._client)  # containers leaked by killed processes are removed once per process
+        # Once per process and engine: containers leaked there by killed processes are removed, and a reaper
+        # removes ours there when this process goes, SIGKILL included. None: the DOCKER_HOST engine.
+        _reap_once(self._client, engine)
         from ._reaper import tie_containers_to_this_process  # not at import: `-m sandboxes._reaper` imports us
 
-        tie_containers_to_this_process(_owner_label())  # ours go when this process goes, SIGKILL included
+        tie_containers_to_this_process(_owner_label(), engine)
         # The finalizer removes the container if the sandbox is garbage-collected or the interpreter
         # exits without close(); the holder lets it follow replacements.
         self._holder: dict[str, str | None] = {"id": None}

@@ -8,12 +8,14 @@ error that says what is missing. This module holds no isolation logic of its own
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import _defaults
 from ._base import Sandbox
 from ._config import SandboxConfig
 from ._engine import docker_client, image_exists, require_image
+from ._engines import EnginePlacer, EngineSpec, engines_from_env
 from ._local import LocalSandbox
 from ._pool import SandboxPool
 from .errors import EngineUnavailableError
@@ -101,13 +103,23 @@ def make_sandbox(backend: str | None = None, config: SandboxConfig | None = None
 
 
 def make_pool(
-    backend: str | None = None, config: SandboxConfig | None = None, size: int = _defaults.POOL_SIZE
+    backend: str | None = None,
+    config: SandboxConfig | None = None,
+    size: int = _defaults.POOL_SIZE,
+    *,
+    engines: Sequence[EngineSpec | str] | None = None,
 ) -> SandboxPool:
     """Start a `SandboxPool` of `size` sandboxes of `backend` (None/"auto" detects) with `config`.
 
-    Docker sandboxes in one pool share a docker-py client (one connection pool to the engine).
+    Docker sandboxes in one pool share a docker-py client per engine. `engines` (default:
+    `$LOOPLIFT_SANDBOX_ENGINES`, else the one engine at DOCKER_HOST) spreads the pool over several Docker
+    engines by capacity, and a dead engine's sandboxes are replaced on the others (see `_engines`).
     """
     config = config or SandboxConfig()
+    specs = [e if isinstance(e, EngineSpec) else EngineSpec.parse(e) for e in engines] if engines else engines_from_env()
+    if specs and backend in (None, "auto", "docker"):
+        placer = EnginePlacer(specs, config)
+        return SandboxPool(placer, size, on_close=placer.close)
     name = detect_backend(backend, config.image) if backend in (None, "auto") else backend
     if name == "docker":
         from ._docker import DockerSandbox

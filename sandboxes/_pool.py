@@ -4,7 +4,8 @@ Starting a container takes ~0.3–1 s; an exec in a warm one tens of millisecond
 to `size` sandboxes and hands out only live ones: `acquire()` checks that the sandbox still runs
 (a container that died, was killed or was removed by hand is closed and replaced, never handed
 out), and a returned sandbox is reset (processes killed, workdir emptied) on a background thread
-before anyone gets it again. Failed or dead sandboxes are replaced in the background too.
+before anyone gets it again. Failed or dead sandboxes are replaced in the background too; a start that
+failed is retried by the next `acquire`, and every START_RETRY_S by an `acquire` that is waiting.
 
 Thread-safe: many episodes may acquire from worker threads at once; `aacquire()` is the same for
 asyncio code (the blocking parts run in a thread). `size` bounds the sandboxes alive at once, so
@@ -135,28 +136,38 @@ class SandboxPool:
 
     def _take(self, timeout: float | None) -> Sandbox:
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._refill()  # retries starts that failed earlier, e.g. while the engine restarted
         while True:
+            # Retries starts that failed earlier (the engine restarted; on several engines, one was down and
+            # the others full), also while this call waits: every START_RETRY_S until a sandbox is free.
+            self._refill()
             with self._cond:
-                while not self._idle:
-                    if self._closed:
-                        raise SandboxClosedError("the sandbox pool was closed; make a new one with make_pool()")
-                    if self._last_error is not None and self._starting == 0 and len(self._all) == 0:
-                        raise SandboxError(
-                            f"the pool could not start any sandbox: {self._last_error}"
-                        ) from self._last_error
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise SandboxError(
-                            f"no sandbox became free within {timeout}s (all {self.size} in use); "
-                            "raise the pool size or release sandboxes sooner"
-                        )
-                    self._cond.wait(left)
-                sandbox = self._idle.popleft()
+                sandbox = self._wait_for_idle(deadline, timeout)
+            if sandbox is None:
+                continue
             # Checked outside the lock: it is an engine round trip.
             if sandbox.is_alive():
                 return sandbox
             self._discard(sandbox)
+
+    def _wait_for_idle(self, deadline: float | None, timeout: float | None) -> Sandbox | None:
+        """An idle sandbox (taken out of the idle queue), or None when a failed start should be retried now.
+        Called with the lock held."""
+        while not self._idle:
+            if self._closed:
+                raise SandboxClosedError("the sandbox pool was closed; make a new one with make_pool()")
+            if self._last_error is not None and self._starting == 0 and len(self._all) == 0:
+                raise SandboxError(f"the pool could not start any sandbox: {self._last_error}") from self._last_error
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise SandboxError(
+                    f"no sandbox became free within {timeout}s (all {self.size} in use); "
+                    "raise the pool size or release sandboxes sooner"
+                )
+            if len(self._all) + self._starting < self.size:  # a start failed: wait a little, then retry it
+                self._cond.wait(_defaults.START_RETRY_S if left is None else min(left, _defaults.START_RETRY_S))
+                return self._idle.popleft() if self._idle else None
+            self._cond.wait(left)
+        return self._idle.popleft()
 
     def _give_back(self, sandbox: Sandbox) -> None:
         with self._cond:

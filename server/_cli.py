@@ -1,6 +1,7 @@
 """`looplift server ...`: start vLLM + the gateway, and drive the admin API.
 
-Commands: `start` (foreground; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
+Commands: `start` (foreground: vLLM and the gateway, or with `--upstream URL` the gateway alone over a vLLM
+started elsewhere; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
 Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
 a table or `--json`, and on error print the message (no traceback) and exit 1.
 This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
@@ -54,7 +55,12 @@ def _emit(result: BaseModel, as_json: bool, render: Callable[[Any], None]) -> No
 
 @app.command()
 def start(
-    model: Path = typer.Option(..., "--model", help="HF model directory vLLM serves as version 0."),
+    model: Optional[Path] = typer.Option(None, "--model", help="HF model directory vLLM serves as version 0 (this "
+                                                               "command starts vLLM)."),
+    upstream: Optional[str] = typer.Option(None, "--upstream", help="URL of a vLLM started elsewhere (a GPU node, a "
+                                           "Kubernetes service), instead of --model. It must serve the base model as "
+                                           "<alias>-v0 (--served-model-name policy-v0) with runtime LoRA enabled and "
+                                           "read adapter paths as the gateway names them (a shared volume)."),
     port: int = typer.Option(D.GATEWAY_PORT, "--port", help="Gateway port."),
     vllm_port: int = typer.Option(D.VLLM_PORT, "--vllm-port", help="vLLM port (0: a free one)."),
     alias: str = typer.Option(D.ALIAS, "--alias", help="Alias clients request; versions are <alias>-v<N>."),
@@ -73,11 +79,16 @@ def start(
                                                      "$LOOPLIFT_COLLECTOR_KEY or $LOOPLIFT_HOME/collector.key)."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys."),
 ) -> None:
-    """Start vLLM and the gateway in the foreground; Ctrl-C or SIGTERM stops both."""
+    """Start vLLM and the gateway in the foreground (or only the gateway, with --upstream); Ctrl-C or SIGTERM
+    stops both."""
     from ._auth import check_bind
     from ._settings import GatewaySettings, version_name
     from ._vllm import VLLMConfig
 
+    if (model is None) == (upstream is None):
+        err.print("[red]error:[/red] give exactly one of --model DIR (start vLLM here) or --upstream URL (a vLLM "
+                  "started elsewhere)", highlight=False)
+        raise typer.Exit(2)
     overrides: dict[str, Any] = {"alias": alias, "max_lora_rank": max_lora_rank}
     if collector_url:
         overrides["collector_url"] = collector_url
@@ -88,7 +99,7 @@ def start(
         err.print("[red]error:[/red] --capture needs a collector: pass --collector-url or set $LOOPLIFT_COLLECTOR_URL")
         raise typer.Exit(2)
     _run(lambda: check_bind(host, settings.api_keys, insecure=insecure))  # before the ~40 s of vLLM
-    cfg = VLLMConfig(
+    cfg = None if model is None else VLLMConfig(
         model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
         max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
         tool_call_parser=None if tool_call_parser == "none" else tool_call_parser,
@@ -98,14 +109,16 @@ def start(
     # the `with` blocks below stop the gateway and vLLM's whole process group on the way out.
     with shutdown_on_signals():
         try:
-            _serve(settings, cfg, host, port, alias, insecure)
+            if cfg is None:
+                # The registry reconciles with that vLLM when it first answers (at startup or the first request).
+                _gateway(settings, str(upstream).rstrip("/"), host, port, alias, threading.Event(), insecure)
+            else:
+                _serve(settings, cfg, host, port, alias, insecure)
         except Shutdown as s:
             out.print(f"stopped ({s})")
 
 
 def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str, insecure: bool = False) -> None:
-    from ._serve import start_gateway_in_thread
-    from ._settings import looplift_home
     from ._vllm import start_vllm
 
     with out.status("starting vLLM…") as status:
@@ -115,17 +128,27 @@ def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str, insecure: 
         out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
         died = threading.Event()
         vllm.start_watchdog(on_death=lambda e: died.set())
-        with _run(lambda: start_gateway_in_thread(settings, vllm.url, host, port, insecure=insecure)) as gw:
-            out.print(f"gateway at {gw.url}/v1  (alias [bold]{alias}[/bold] -> {gw.app.state.registry.serving})")
-            out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
-            while not died.wait(0.5):
-                if not gw.running:
-                    err.print("[red]error:[/red] the gateway thread exited")
-                    raise typer.Exit(1)
-            out.print("stopping…")
+        _gateway(settings, vllm.url, host, port, alias, died, insecure)
     if vllm.died is not None:
         err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
         raise typer.Exit(1)
+
+
+def _gateway(settings: Any, upstream_url: str, host: str, port: int, alias: str, stop: threading.Event,
+             insecure: bool = False) -> None:
+    """Serve the gateway over `upstream_url` until `stop` is set (or a signal raises `Shutdown`)."""
+    from ._serve import start_gateway_in_thread
+    from ._settings import looplift_home
+
+    with _run(lambda: start_gateway_in_thread(settings, upstream_url, host, port, insecure=insecure)) as gw:
+        out.print(f"gateway at {gw.url}/v1 over {upstream_url}  (alias [bold]{alias}[/bold] -> "
+                  f"{gw.app.registry.serving})")
+        out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
+        while not stop.wait(0.5):
+            if not gw.running:
+                err.print("[red]error:[/red] the gateway thread exited")
+                raise typer.Exit(1)
+        out.print("stopping…")
 
 
 def _versions_table(v: VersionsView) -> None:

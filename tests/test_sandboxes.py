@@ -24,6 +24,7 @@ from sandboxes import (
     LocalSandbox,
     SandboxClosedError,
     SandboxConfig,
+    SandboxError,
     SandboxFileError,
     SandboxPool,
     detect_backend,
@@ -441,6 +442,28 @@ def test_cli_exec_docker() -> None:
     assert out["stdout"] == "42\n" and out["backend"] == "docker"
 
 
+def test_a_waiting_acquire_retries_a_start_that_failed() -> None:
+    """One sandbox in use, the other's start failed (its engine was down) and the acquire that wants it began
+    while it was still down: when the engine comes back, the waiting acquire gets a sandbox, instead of waiting
+    for the one in use (the pool over several engines relies on it: a dead engine's sandboxes come back)."""
+    import threading
+
+    up = threading.Event()
+    calls: list[int] = []
+
+    def engine() -> LocalSandbox:
+        calls.append(1)
+        if len(calls) > 1 and not up.is_set():  # the constructor's start works, every later one fails for now
+            raise SandboxError("engine down")
+        return LocalSandbox(FAST)
+
+    with SandboxPool(engine, size=2) as pool:
+        with pool.acquire(timeout=10) as first:
+            threading.Timer(2.0, up.set).start()  # the engine comes back while the acquire below waits
+            with pool.acquire(timeout=20) as second:
+                assert second is not first and second.exec(["true"]).ok
+
+
 def test_pool_never_hands_out_dead_local_sandbox() -> None:
     pool = SandboxPool(lambda: LocalSandbox(FAST), size=1)
     try:
@@ -468,7 +491,7 @@ def test_containers_of_a_killed_process_are_reaped() -> None:
     from sandboxes._engine import docker_client
 
     code = ("import os, signal, sandboxes, sandboxes._reaper as r; sb = sandboxes.DockerSandbox(); "
-            "os.kill(r._reaper.guardian_pid, signal.SIGKILL); r._reaper.wait(30); "
+            "g = r._reapers[None][1]; os.kill(g.guardian_pid, signal.SIGKILL); g.wait(30); "
             "print(sb.container_id, flush=True); os._exit(0)")
     cid = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=120).stdout.strip()

@@ -221,6 +221,41 @@ def test_cli_start_with_missing_model_exits_1(tmp_path: Path, monkeypatch: pytes
     assert "does not exist" in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.parametrize("args", [[], ["--model", "m", "--upstream", "http://127.0.0.1:9"]], ids=["neither", "both"])
+def test_cli_start_takes_a_model_or_an_upstream(args: list[str]) -> None:
+    res = CliRunner().invoke(app, ["start", *args, "--port", "0"])
+    assert res.exit_code == 2 and "give exactly one of --model DIR" in res.output and "Traceback" not in res.output
+
+
+def test_cli_start_upstream_serves_the_gateway_alone_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """`server start --upstream URL` starts no vLLM: the gateway answers at once (503 on /health while that vLLM
+    does not), and SIGTERM stops it cleanly. (Over a real vLLM: tests/test_deploy.py.)"""
+    import selectors
+    import signal
+    import subprocess
+    import sys
+
+    port, dead = free_port(), free_port()
+    env = {**os.environ, "LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_ADMIN_TOKEN": "t" * 32}
+    proc = subprocess.Popen([sys.executable, "-m", "server._cli", "start", "--upstream", f"http://127.0.0.1:{dead}/",
+                             "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:  # wait for the "gateway at" line, 60 s at most
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            line, deadline = "", time.monotonic() + 60
+            while "gateway at" not in line and sel.select(max(0.0, deadline - time.monotonic())):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+        assert "gateway at" in line and f"over http://127.0.0.1:{dead}" in line, line
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 503
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "stopped (SIGTERM)" in out and "vLLM ready" not in out, out
+
+
 def test_gateway_round_trip_has_no_nagle_delay(tmp_path: Path) -> None:
     # Regression: a pre-bound socket created with proto=0 made asyncio skip TCP_NODELAY, and every
     # response waited ~40 ms for a delayed ACK.

@@ -12,7 +12,8 @@
 - The tiny base-model builder (the embedded default) and LoRA SFT (`train_sft`).
 
 The demo's orchestration lives in the composition root (`looplift._demo`). DPO and GRPO register
-their train steps in `TRAIN_STEPS`; multi-GPU (torchrun + FSDP) is not wired yet.
+their train steps in `TRAIN_STEPS`. `JobConfig.dist` (`DistConfig`: nproc, ddp|fsdp) runs the train stage on
+several processes under torchrun (`trainer run --nproc N`).
 
 `import trainer` is cheap: each public name is imported from its module on first use (PEP 562), so the
 `looplift` command can list the `trainer` group — and `looplift up --model DIR` can run — without
@@ -31,6 +32,7 @@ _EXPORTS = {
     "write_lora_adapter": "._base_model",
     "write_untrained": "._base_model",
     "LoopliftConfig": "._config",
+    "DistConfig": "._dist",
     "job_config": "._config",
     "load_config": "._config",
     "schedule_config": "._config",
@@ -72,7 +74,7 @@ _EXPORTS = {
 }
 
 __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
-    "BaseModelConfig", "CheckerVerifier", "ConfigError", "EvalResult", "GateConfig", "GateDecision", "HoldoutSuite",
+    "BaseModelConfig", "CheckerVerifier", "ConfigError", "DistConfig", "EvalResult", "GateConfig", "GateDecision", "HoldoutSuite",
     "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "PublishError",
     "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv", "SliceRow", "StopToken",
     "SuiteError", "TRAIN_STEPS", "TrainData", "TrainStep", "Trained", "TrainerError", "TrainingDataError",
@@ -84,6 +86,7 @@ __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-e
 if TYPE_CHECKING:
     from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
     from ._config import LoopliftConfig, job_config, load_config, schedule_config
+    from ._dist import DistConfig
     from ._eval import EvalResult, evaluate
     from ._from_holdout import HoldoutSuite, suite_from_holdout
     from ._gate import GateConfig, GateDecision, SliceRow, gate, mcnemar_p

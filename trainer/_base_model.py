@@ -32,7 +32,8 @@ from sandboxes import demonstration, training_tasks
 from sdk import looplift_home
 from sdk.infra import atomic_dir
 
-from ._data import collate, encode_chat
+from ._data import collate, encode_chat, token_loss_sum
+from ._dist import Dist
 from ._tokenizer import build_tokenizer
 from ._tool_demos import calc_demo, lookup_demo
 
@@ -166,11 +167,18 @@ def train_causal_lm(
     lr: float,
     seed: int,
     progress: Optional[Progress] = None,
+    dist: Optional[Dist] = None,
 ) -> float:
     """AdamW with linear warmup and cosine decay over `steps` minibatches; returns the final loss
-    (mean of the last 20 steps). Shared by the base-model builder and SFT."""
+    (mean of the last 20 steps). Shared by the base-model builder and SFT.
+
+    `dist` (a `Dist` whose `wrap` made `model`) spreads each minibatch over the ranks: every rank draws the
+    same `batch_size` examples and trains on its share; the loss is the mean over the whole minibatch's
+    tokens, as in one process."""
+    dist = dist or Dist()
     rng = random.Random(seed)
     params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -185,14 +193,14 @@ def train_causal_lm(
             rng.shuffle(more)
             order += more
         idx, order = order[:batch_size], order[batch_size:]
-        batch = collate([examples[i] for i in idx], pad_id)
-        loss = model(**batch).loss  # mean over unmasked tokens
+        batch = {k: v.to(device) for k, v in collate([examples[i] for i in dist.shard(idx)], pad_id).items()}
+        loss, logged = dist.mean(*token_loss_sum(model, batch))  # mean over the minibatch's unmasked tokens
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        recent = (recent + [loss.item()])[-20:]
+        recent = (recent + [logged])[-20:]
         if progress is not None:
             progress(step + 1, steps, recent[-1])
     model.eval()

@@ -26,6 +26,13 @@ def _fail(msg: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+_NPROC = typer.Option(None, "--nproc", help="Train on N processes (one per GPU, or CPU processes with gloo): the train "
+                                            "stage runs under `python -m torch.distributed.run --standalone "
+                                            "--nproc-per-node N` (default 1, or nproc in looplift.toml).")
+_STRATEGY = typer.Option(None, "--strategy", help="With --nproc > 1: ddp (a replica per process) or fsdp (FSDP2, "
+                                                  "the model sharded; for models that do not fit one device).")
+
+
 @app.command("build-base")
 def build_base(
     seed: int = typer.Option(0, help="Seed for tasks, miscopies, init and batch order."),
@@ -51,26 +58,60 @@ def sft_cmd(
     data: Path = typer.Argument(..., help="SFT JSONL from `collector export --format sft`."),
     base_model: Path = typer.Option(..., "--base-model", help="HF directory of the base model."),
     out: Path = typer.Option(..., help="Where to write the LoRA adapter."),
-    steps: int = typer.Option(200),
-    rank: int = typer.Option(8),
-    lr: float = typer.Option(2e-3),
+    steps: int = typer.Option(200, help="Optimizer steps."),
+    rank: int = typer.Option(8, help="LoRA rank (vLLM accepts 1, 8, 16, 32, 64, ...)."),
+    alpha: int = typer.Option(16, help="LoRA alpha."),
+    dropout: float = typer.Option(0.0, help="LoRA dropout."),
+    lr: float = typer.Option(2e-3, help="Peak learning rate (linear warmup, cosine decay)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per optimizer step, over all processes."),
+    seed: int = typer.Option(0, help="Seeds the LoRA init and the batch order."),
+    max_len: int = typer.Option(512, "--max-len", help="Tokens kept of each conversation."),
+    nproc: Optional[int] = _NPROC,
+    strategy: Optional[str] = _STRATEGY,
 ) -> None:
-    """Train one LoRA adapter on an SFT export."""
-    from rich.progress import Progress
-
+    """Train one LoRA adapter on an SFT export (on N processes with --nproc: the same adapter, faster)."""
+    from ._dist import DistConfig, under_torchrun
     from .errors import TrainerError
-    from .sft import SFTConfig, train_sft
+    from .sft import SFTConfig, sft_module_args
 
     if not data.exists():
         _fail(f"{data} does not exist; create it with `collector export --format sft --out {data}`", 2)
     try:
-        with Progress(console=console) as p:
-            bar = p.add_task("SFT", total=steps)
-            res = train_sft(base_model, data, out, SFTConfig(steps=steps, rank=rank, lr=lr),
-                            progress=lambda s, n, loss: p.update(bar, completed=s))
+        dist_cfg = DistConfig(nproc=1 if nproc is None else nproc, strategy=strategy or "ddp")
+        config = SFTConfig(steps=steps, rank=rank, alpha=alpha, dropout=dropout, lr=lr, batch_size=batch_size,
+                           seed=seed, max_len=max_len)
     except TrainerError as e:
-        _fail(str(e))
-    print(json.dumps({"adapter_dir": str(res.adapter_dir), "train_loss": res.train_loss, "examples": res.examples}))
+        _fail(str(e), 2)
+    if dist_cfg.nproc > 1 and not under_torchrun():
+        from ._dist import launch
+
+        # Re-run this very command in N processes; each one lands in the branch below.
+        raise typer.Exit(launch(dist_cfg.nproc, sft_module_args(data, base_model, out, config, dist_cfg.strategy)))
+    _train_sft(data, base_model, out, config, dist_cfg.strategy)
+
+
+def _train_sft(data: Path, base_model: Path, out: Path, config: object, strategy: str) -> None:
+    from rich.progress import Progress
+
+    from ._dist import Dist
+    from .errors import TrainerError
+    from .sft import train_sft
+
+    with Dist.from_env(strategy) as dist:
+        try:
+            # One progress bar, on rank 0 (every rank reports the same all-reduced loss).
+            with Progress(console=console, disable=not dist.is_main) as p:
+                bar = p.add_task("SFT", total=config.steps)  # type: ignore[attr-defined]
+                res = train_sft(base_model, data, out, config, dist=dist,  # type: ignore[arg-type]
+                                progress=lambda s, n, loss: p.update(bar, completed=s))
+        except TrainerError as e:
+            if dist.is_main:
+                _fail(str(e))
+            raise typer.Exit(1) from None
+        if dist.is_main:
+            print(json.dumps({"adapter_dir": str(res.adapter_dir), "train_loss": res.train_loss,
+                              "examples": res.examples, "processes": dist.world_size, "strategy": dist.strategy,
+                              "seconds": round(res.seconds, 2)}))
 
 
 # ---- options shared by `run` and `schedule` (flags win over looplift.toml, which wins over defaults) ----
@@ -133,6 +174,7 @@ def run_cmd(
     min_score: Optional[float] = _MIN_SCORE,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
+    nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
     trigger: str = typer.Option("manual", help="Recorded as the run's trigger (e.g. `cron` from a systemd timer)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -145,9 +187,9 @@ def run_cmd(
     from .errors import JobInterrupted
 
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_score=min_score,
-                      min_examples=min_examples, holdout=holdout, alpha=alpha,
-                      slice_tolerance=slice_tolerance, runs_dir=runs_dir)
+                      app=app_name, min_reward=min_reward, min_score=min_score, min_examples=min_examples,
+                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, nproc=nproc,
+                      strategy=strategy)
     stop = StopToken()
     try:
         with sigterm_stops(stop):
@@ -239,6 +281,7 @@ def schedule_cmd(
     min_score: Optional[float] = _MIN_SCORE,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
+    nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
 ) -> None:
     """Run the retrain job whenever a trigger fires: a cron time, N new scored trajectories, or drift.
 
@@ -255,9 +298,9 @@ def schedule_cmd(
     except TrainerError as e:
         _fail(str(e), 2)
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_score=min_score,
-                      min_examples=min_examples, holdout=holdout, alpha=alpha,
-                      slice_tolerance=slice_tolerance, runs_dir=runs_dir)
+                      app=app_name, min_reward=min_reward, min_score=min_score, min_examples=min_examples,
+                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, nproc=nproc,
+                      strategy=strategy)
     scheduler = Scheduler(job, sched, suite,  # type: ignore[arg-type]
                           status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     console.print(f"scheduler: cron={sched.cron} new-data={sched.new_data} drift={sched.drift}; polling every "
@@ -337,3 +380,7 @@ def suite_check_cmd(
 def main() -> None:
     """Entry point of the `trainer` console script."""
     app()
+
+
+if __name__ == "__main__":  # `python -m trainer._cli`: how torchrun re-launches `trainer sft --nproc N`
+    main()

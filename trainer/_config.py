@@ -21,6 +21,8 @@ are relative to the file's directory.
     runs_dir = "runs"                # default $LOOPLIFT_HOME/trainer/runs
     eval_seed = 0                    # default: the suite's sampling seed, else 0
     eval_concurrency = 16
+    nproc = 1                        # train on N processes (devices) under torchrun
+    strategy = "ddp"                 # with nproc > 1: ddp | fsdp
 
     [gate]
     alpha = 0.05                     # one-sided exact McNemar significance level
@@ -60,9 +62,9 @@ _NUM = (int, float)
 #: section -> key -> accepted Python types of the TOML value.
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
-                "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_score": _NUM,
-                "min_examples": (int,), "holdout": _NUM,
-                "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,)},
+                "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_score": _NUM, "min_examples": (int,),
+                "holdout": _NUM, "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "nproc": (int,),
+                "strategy": (str,)},
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
@@ -165,6 +167,7 @@ def pick(flag: Any, config: dict[str, Any], key: str, default: Any = None) -> An
 def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flags: Any) -> "JobConfig":
     """The `JobConfig` from command-line `flags` (named like the `[trainer]` keys; None = not given), the
     file's `[trainer]`, `[gate]` and `[sft]` sections, and the defaults — in that order."""
+    from ._dist import DistConfig
     from ._gate import GateConfig
     from ._job import JobConfig
     from ._suites import is_suite_file
@@ -191,6 +194,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
                           slice_tolerance=float(pick(flags.get("slice_tolerance"), cfg.gate, "slice_tolerance",
                                                      D.GATE_SLICE_TOLERANCE)))
         sft = SFTConfig(**cfg.sft)
+        dist = DistConfig(nproc=int(t.get("nproc", D.NPROC)), strategy=t.get("strategy", D.STRATEGY))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
     return JobConfig(
@@ -201,7 +205,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         min_score=None if t.get("min_score") is None else float(t["min_score"]),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
-        sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None,
+        sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, dist=dist,
     )
 
 

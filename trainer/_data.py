@@ -56,3 +56,16 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dic
         labels[b, : len(y)] = torch.tensor(y)
         mask[b, : len(x)] = 1
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+def token_loss_sum(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of next-token cross-entropies over the unmasked labels, how many there are) for one batch.
+
+    A sum and a count rather than a mean, so that a minibatch split over several processes still
+    averages over all of its tokens (`Dist.mean`); in one process `sum / count` is the usual mean."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
+    labels = batch["labels"][:, 1:]  # (B, T-1): position t predicts token t+1
+    logits = logits[:, :-1].float()  # (B, T-1, V)
+    total = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                                              reduction="sum")
+    return total, (labels != IGNORE).sum()

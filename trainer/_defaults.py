@@ -20,6 +20,10 @@ MIN_EXAMPLES = 8
 ALGO = "sft"
 #: Episodes of the eval suite run at once against the gateway.
 EVAL_CONCURRENCY = 16
+#: Processes the train stage runs on (more than one: under torchrun, one per device).
+NPROC = 1
+#: How a model is spread over those processes: "ddp" (a replica each) or "fsdp" (sharded).
+STRATEGY = "ddp"
 #: Sampling seed of the gate when the suite's `Sampling.seed` is None (a paired test needs seeds).
 EVAL_SEED = 0
 

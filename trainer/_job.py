@@ -39,6 +39,7 @@ from . import _defaults as D
 from ._eval import EvalResult, evaluate
 from ._gate import GateConfig, gate
 from ._interrupt import StopToken
+from ._dist import DistConfig
 from ._lock import JobLock
 from ._runs import default_runs_dir, last_decided, publish_run
 from sdk import EvalSuite
@@ -83,6 +84,8 @@ class JobConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     runs_dir: Optional[Path] = None
     """Default `$LOOPLIFT_HOME/trainer/runs`."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Processes the train stage runs on (torchrun when > 1) and how the model is spread over them."""
 
 
 @dataclass(frozen=True)

@@ -84,13 +84,34 @@ def _sft_export(ctx: JobContext) -> TrainData:
 
 
 def _sft_train(ctx: JobContext, data: TrainData) -> Trained:
+    cfg, out = ctx.config, ctx.run_dir / "adapter"
+    if cfg.dist.nproc > 1:
+        return _sft_train_torchrun(ctx, data)
     from .sft import train_sft
 
     def progress(step: int, total: int, loss: float) -> None:
         ctx.check_stop()
 
-    res = train_sft(ctx.config.base_model_dir, data.path, ctx.run_dir / "adapter", ctx.config.sft, progress=progress)
+    res = train_sft(cfg.base_model_dir, data.path, out, cfg.sft, progress=progress)
     return Trained(res.adapter_dir, res.train_loss, res.examples, {"seconds": round(res.seconds, 2)})
+
+
+def _sft_train_torchrun(ctx: JobContext, data: TrainData) -> Trained:
+    """`trainer sft --nproc N` under torchrun; the job waits, checking for a stop request meanwhile."""
+    import json
+    import time
+
+    from ._dist import launch_or_raise
+    from .sft import sft_module_args
+
+    cfg, out, t0 = ctx.config, ctx.run_dir / "adapter", time.monotonic()
+    d = cfg.dist
+    ctx.say(f"training on {d.nproc} processes ({d.strategy}, torchrun); log: {ctx.run_dir / 'train.log'}")
+    launch_or_raise(d.nproc, sft_module_args(data.path, cfg.base_model_dir, out, cfg.sft, d.strategy),
+                    what="SFT", log=ctx.run_dir / "train.log", check_stop=ctx.check_stop)
+    meta = json.loads((out / "looplift_sft.json").read_text())
+    return Trained(out, meta["train_loss"], meta["examples"],
+                   {"seconds": round(time.monotonic() - t0, 2), "processes": d.nproc, "strategy": d.strategy})
 
 
 SFT_STEP = TrainStep("sft", _sft_export, _sft_train, config=lambda cfg: cfg.sft)

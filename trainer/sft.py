@@ -7,8 +7,9 @@ vLLM loads as it is (`POST /v1/load_lora_adapter`).
 
 Each call trains a fresh adapter from the base weights on all the data it is given, rather than
 continuing the previous adapter: a retrain is then a pure function of (base, data, config), which is
-what makes `trainer run` idempotent and a bad cycle recoverable. Left out: packing, gradient
-accumulation, multi-GPU (FSDP comes with the multi-GPU issue).
+what makes `trainer run` idempotent and a bad cycle recoverable. Several processes (`trainer sft --nproc N`,
+DDP or FSDP under torchrun) train the same adapter as one process: see `_dist`. Left out: packing,
+gradient accumulation.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from typing import Optional
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from sdk.infra import atomic_dir
-
 from ._base_model import LORA_TARGETS, Progress, train_causal_lm
 from ._data import encode_chat
+from ._dist import Dist
 from .errors import TrainingDataError
 
 
@@ -44,6 +44,14 @@ class SFTConfig:
     batch_size: int = 32
     seed: int = 0
     max_len: int = 512
+
+
+def sft_module_args(data: Path, base_model_dir: Path, out_dir: Path, config: SFTConfig, strategy: str) -> list[str]:
+    """`python -m` arguments of the `trainer sft` command that trains `config` (what torchrun runs in each
+    process for `trainer sft --nproc N` and for the retrain job's train stage)."""
+    flags = [a for f in dataclasses.fields(config) for a in (f"--{f.name.replace('_', '-')}", str(getattr(config, f.name)))]
+    return ["trainer._cli", "sft", str(data), "--base-model", str(base_model_dir), "--out", str(out_dir), *flags,
+            "--strategy", strategy]
 
 
 @dataclass(frozen=True)
@@ -80,30 +88,40 @@ def train_sft(
     config: SFTConfig = SFTConfig(),
     *,
     progress: Optional[Progress] = None,
+    dist: Optional[Dist] = None,
 ) -> SFTResult:
-    """Train a LoRA adapter on `data` (SFT JSONL) over `base_model_dir`; write it atomically to `out_dir`."""
+    """Train a LoRA adapter on `data` (SFT JSONL) over `base_model_dir`; write it atomically to `out_dir`.
+
+    `dist`: this process's share of a torchrun job (`Dist.from_env()`); every rank calls this with the same
+    arguments and rank 0 writes the adapter. Default: one process (on the GPU when there is one)."""
     from peft import LoraConfig, get_peft_model
 
+    dist = dist or Dist()
     t0 = time.monotonic()
     convs = load_sft_jsonl(Path(data))
     if not convs:
         raise TrainingDataError(f"{data} has no training examples; collect successful episodes first")
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.seed)  # the same LoRA init on every rank
     tok = AutoTokenizer.from_pretrained(base_model_dir)
     # Tools are rendered into the prompt as the server renders a request's `tools`.
     examples = [encode_chat(tok, c, tools=tools, max_len=config.max_len) for c, tools in convs]
     base = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
-    model = get_peft_model(
+    model = dist.wrap(get_peft_model(
         base,
         LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=LORA_TARGETS,
                    task_type="CAUSAL_LM"),
-    )
+    ))
+    curve: list[float] = []
+
+    def record(step: int, total: int, loss: float) -> None:
+        curve.append(loss)
+        if progress is not None:
+            progress(step, total, loss)
+
     loss = train_causal_lm(model, examples, pad_id=tok.pad_token_id, steps=config.steps,
-                           batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=progress)
-    out_dir = Path(out_dir)
+                           batch_size=config.batch_size, lr=config.lr, seed=config.seed, progress=record, dist=dist)
     meta = {"config": dataclasses.asdict(config), "base_model": str(base_model_dir), "data": str(data),
-            "examples": len(examples), "train_loss": loss}
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        (tmp / "looplift_sft.json").write_text(json.dumps(meta, indent=2))
-    return SFTResult(adapter_dir=out_dir, train_loss=loss, examples=len(examples), seconds=time.monotonic() - t0)
+            "examples": len(examples), "train_loss": loss, "processes": dist.world_size, "strategy": dist.strategy,
+            "loss_curve": curve}
+    dist.save(model, Path(out_dir), {"looplift_sft.json": json.dumps(meta, indent=2)})
+    return SFTResult(adapter_dir=Path(out_dir), train_loss=loss, examples=len(examples), seconds=time.monotonic() - t0)
