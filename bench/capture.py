@@ -41,8 +41,8 @@ from typing import Any, Optional
 
 import aiohttp
 import httpx
-from gateway import (CHAT, ROOT, Child, Sample, Target, bench_console, latencies, load_parser, run_c1, run_cn,
-                     tiny_vllm, write_results)
+from gateway import (CHAT, ROOT, Child, Sample, Target, latencies, load_parser, run_c1, run_cn, tiny_model_home,
+                     wide_console, write_results)
 from rich.console import Console
 from rich.table import Table
 
@@ -176,11 +176,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         serve_collector(*args.serve_collector)
         return 0
 
-    console = bench_console()
+    from server import VLLMConfig, start_vllm
+
+    console = wide_console()
     load_before = os.getloadavg()
     t_start = time.perf_counter()
     me = str(Path(__file__).resolve())
-    with tiny_vllm(console, "bench-capture-") as (home, vllm, _):
+    with tiny_model_home(console, "bench-capture-") as (home, model):
+        with console.status("starting vLLM and paying its first generation (one-time warm-up)"):
+            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log", warm_up=True))
         db, port = f"sqlite:///{home / 'collector.db'}", str(free_port())
         children: dict[str, Child] = {}
         try:
@@ -239,6 +243,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         finally:
             while children:
                 children.popitem()[1].stop()
+            vllm.stop()
     elapsed = time.perf_counter() - t_start
     added = next(r.added_p50_ms for r in rows if (r.mode, r.concurrency) == ("non-stream", 1))
     console.print(f"capture adds {added:+.2f} ms p50 at c=1 (non-stream; target <= {TARGET_ADDED_P50_MS} ms: "

@@ -80,11 +80,13 @@ CHAT = [{"role": "user", "content": "What is 2+3?"}]
 
 
 def serve_gateway(vllm_url: str, state_dir: str) -> None:
-    """Child process: run the gateway (production start-up path) until stdin closes."""
+    """Child process: run the gateway (production start-up path) until stdin closes. `vllm_url` may list several
+    vLLMs, comma-separated (a gateway over replicas, for bench/replicas.py)."""
     from server import GatewaySettings, start_gateway_in_thread
 
     settings = GatewaySettings(admin_token="bench-admin", state_dir=Path(state_dir))
-    with start_gateway_in_thread(settings, vllm_url, port=0) as gw:
+    urls = vllm_url.split(",")
+    with start_gateway_in_thread(settings, urls if len(urls) > 1 else urls[0], port=0) as gw:
         print(gw.port, flush=True)
         sys.stdin.read()  # the parent closes our stdin to stop us
 
@@ -246,12 +248,6 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
-def latencies(res: dict[str, list[Sample]]) -> tuple[dict[str, list[float]], dict[str, float], dict[str, float]]:
-    """Per target: the totals in ms, their p50 and their p99."""
-    ms = {k: [s.total_s * 1000 for s in v] for k, v in res.items()}
-    return ms, {k: statistics.median(v) for k, v in ms.items()}, {k: pct(v, 99) for k, v in ms.items()}
-
-
 @dataclass
 class Row:
     mode: str
@@ -271,6 +267,12 @@ class Row:
     added_first_byte_p50_ms: Optional[float]
     gateway_cpu_ms_per_request: float
     relay_cpu_ms_per_request: float
+
+
+def latencies(res: dict[str, list[Sample]]) -> tuple[dict[str, list[float]], dict[str, float], dict[str, float]]:
+    """Per target: the totals in ms, their p50 and their p99."""
+    ms = {k: [s.total_s * 1000 for s in v] for k, v in res.items()}
+    return ms, {k: statistics.median(v) for k, v in ms.items()}, {k: pct(v, 99) for k, v in ms.items()}
 
 
 def row(mode: str, c: int, res: dict[str, list[Sample]], cpu_ns: dict[str, int]) -> Row:
@@ -416,37 +418,20 @@ def _short(frame: str) -> str:
     return f"{fn} ({file})"
 
 
-def bench_console() -> Console:
-    """A rich console, 150 columns wide when the output is not a terminal (a log)."""
+# ---------------------------------------------------------------------------------------------
+
+
+def wide_console() -> Console:
+    """A rich console, 150 columns wide when not a terminal (logs keep whole table rows)."""
     console = Console()
     if not console.is_terminal:
         console.width = 150
     return console
 
 
-def machine_info(load_before: tuple[float, float, float]) -> dict[str, Any]:
-    """What a results file records about the machine, with the load average before and now."""
-    return {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-            "load_avg_before": load_before, "load_avg_after": os.getloadavg()}
-
-
-def write_results(console: Console, path: Path, load_before: tuple[float, float, float], elapsed: float,
-                  config: dict[str, Any], **parts: Any) -> None:
-    """Write a results file: the machine, the config, `parts` (figures), the duration and a timestamp."""
-    out = {"machine": machine_info(load_before), "config": config, **parts, "seconds": round(elapsed, 1),
-           "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-    atomic_write_json(path, out)
-    console.print(f"wrote {path}")
-
-
 @contextlib.contextmanager
-def tiny_vllm(console: Console, prefix: str) -> Iterator[tuple[Path, Any, float]]:
-    """(home, vLLM, warm-up seconds): a temporary LOOPLIFT_HOME with the tiny untrained model, one vLLM CPU
-    server for it (started like `looplift up` does), and its slow first generation paid before anything is
-    timed. vLLM is stopped on the way out."""
-    import httpx
-
-    from server import VLLMConfig, start_vllm
+def tiny_model_home(console: Console, prefix: str) -> Iterator[tuple[Path, Path]]:
+    """(a throwaway LOOPLIFT_HOME, the tiny untrained model built in it), removed afterwards."""
     from trainer import write_untrained
 
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
@@ -454,19 +439,7 @@ def tiny_vllm(console: Console, prefix: str) -> Iterator[tuple[Path, Any, float]
         os.environ["LOOPLIFT_HOME"] = str(home)
         with console.status("building the tiny model"):
             model = write_untrained(home / "model", seed=0)
-        with console.status("starting vLLM"):
-            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log"))
-        try:
-            with console.status("vLLM's first generation (one-time warm-up)"):
-                t0 = time.monotonic()
-                httpx.post(f"{vllm.url}/v1/chat/completions", timeout=300, json={
-                    "model": "policy-v0", "messages": CHAT, "max_tokens": 4}).raise_for_status()
-            yield home, vllm, time.monotonic() - t0
-        finally:
-            vllm.stop()
-
-
-# ---------------------------------------------------------------------------------------------
+        yield home, model
 
 
 def load_parser(doc: str) -> argparse.ArgumentParser:
@@ -479,6 +452,17 @@ def load_parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=16, help="rounds per target at c>1 (order reversed every round)")
     ap.add_argument("--max-tokens", type=int, default=4)
     return ap
+
+
+def write_results(console: Console, path: Path, load_before: tuple[float, float, float], elapsed: float,
+                  config: dict[str, Any], **parts: Any) -> None:
+    """Write a results file: the machine, the config, `parts` (figures), the duration and a timestamp."""
+    out = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                       "load_avg_before": load_before, "load_avg_after": os.getloadavg()},
+           "config": config, **parts, "seconds": round(elapsed, 1),
+           "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    atomic_write_json(path, out)
+    console.print(f"wrote {path}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -496,10 +480,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         serve_relay(args.serve_relay)
         return 0
 
-    console = bench_console()
+    from server import VLLMConfig, start_vllm
+
+    console = wide_console()
     load_before = os.getloadavg()
     t_start = time.perf_counter()
-    with tiny_vllm(console, "bench-gateway-") as (home, vllm, warmup_s):
+    with tiny_model_home(console, "bench-gateway-") as (home, model):
+        with console.status("starting vLLM and paying its first generation (one-time warm-up)"):
+            vllm = start_vllm(VLLMConfig(model_dir=model, log_path=home / "vllm.log", warm_up=True))
+        warmup_s = vllm.warmup_s
         children: dict[str, Child] = {}
         try:
             children["gateway"] = Child("--serve-gateway", vllm.url, str(home / "state"))
@@ -537,6 +526,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         finally:
             for c in children.values():
                 c.stop()
+            vllm.stop()
     elapsed = time.perf_counter() - t_start
     c1 = [r for r in rows if r.concurrency == 1 and r.mode == "non-stream"][0]
     verdict = "met" if c1.added_p50_ms <= TARGET_ADDED_P50_MS else "missed"

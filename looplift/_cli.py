@@ -170,6 +170,15 @@ def up(
                                                                             "turns tool calls off."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys "
                                                             "(anyone who reaches it can use the model and teach it)."),
+    replicas: int = typer.Option(1, "--replicas", min=0, help="Local vLLM servers to start. With more than one upstream "
+                                 "in all, the gateway routes each request to the least busy healthy one (same "
+                                 "X-Looplift-Session, same replica), retries a request a dying replica failed, restarts "
+                                 "a local one that dies, and loads every version on all of them."),
+    upstream: Optional[list[str]] = typer.Option(None, "--upstream", help="URL of a vLLM started elsewhere (repeatable), "
+                                                 "added to the local ones. It must serve the base model as policy-v0 "
+                                                 "with runtime LoRA updating on, and read adapter paths as the gateway "
+                                                 "names them (a shared volume). A vLLM with its own data parallelism or "
+                                                 "a router (vllm-router, llm-d) is one upstream."),
 ) -> None:
     """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C / SIGTERM.
 
@@ -177,6 +186,12 @@ def up(
     traffic and feedback become training data."""
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    upstreams = tuple(u.rstrip("/") for u in upstream or ())
+    for u in upstreams:
+        if not u.startswith(("http://", "https://")):
+            raise _fail(f"--upstream {u!r} must be a URL like http://gpu-node:8001 (vLLM's address, no /v1)", 2)
+    if replicas == 0 and not upstreams:
+        raise _fail("--replicas 0 needs at least one --upstream URL (nothing would serve)", 2)
     for flag, port in (("--gateway-port", gateway_port), ("--collector-port", collector_port)):
         if not _port_free(host, port):  # fail before building a model and the ~40 s vLLM start, not after it
             raise _fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
@@ -187,7 +202,7 @@ def up(
     try:
         gateway_settings = _gateway_settings(host, opts)  # an open endpoint is refused before anything starts
         plan = _plan_retrain(config, retrain, eval_spec)  # a bad cron or suite fails before anything starts
-        _up(model, host, gateway_port, collector_port, sandbox, plan, gateway_settings, opts)
+        _up(model, host, gateway_port, collector_port, sandbox, plan, gateway_settings, opts, replicas, upstreams)
     except Shutdown as s:
         console.print(f"stopped ({s}); everything `looplift up` started has exited", highlight=False)
     except Exception as e:
@@ -238,7 +253,7 @@ def _plan_retrain(config: Optional[Path], retrain: Optional[str], eval_spec: Opt
 
 
 def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str],
-        plan: Any, gateway_settings: Any, opts: _UpOptions) -> None:
+        plan: Any, gateway_settings: Any, opts: _UpOptions, replicas: int = 1, upstreams: tuple[str, ...] = ()) -> None:
     import time
 
     from sdk import looplift_home
@@ -263,7 +278,7 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
         raise _fail("--capture needs the collector (install `looplift[collector]`): captured traffic is stored there", 2)
     config = StackConfig(model_dir=model, gateway=gateway_settings, collector=collector_settings, host=host,
                          gateway_port=gateway_port, collector_port=collector_port,
-                         vllm_log=home / "logs" / "vllm.log",
+                         vllm_log=home / "logs" / "vllm.log", replicas=replicas, upstreams=upstreams,
                          tool_call_parser=None if opts.tool_call_parser == "none" else opts.tool_call_parser,
                          insecure=opts.insecure)
     if plan is not None and collector_settings is None:
@@ -278,9 +293,10 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
                 "dashboard": stack.collector.url + "/dashboard" if stack.collector else None,
                 "model": str(model), "sandbox": backend, "admin_token_file": str(home / "admin.token"),
                 "collector_key_file": str(home / "collector.key"), "home": str(home),
+                "replicas": [r.url for r in stack.local] + list(upstreams),
                 "capture": "all" if gateway_settings.capture else sorted(gateway_settings.capture_key_ids) or "off",
                 "api_key_ids": [key_id(k) for k in gateway_settings.api_keys],
-                "tool_call_parser": _parser_in(stack.vllm.command)}
+                "tool_call_parser": _parser_in(stack.vllm.command) if stack.vllm is not None else None}
         console.print_json(json.dumps(info))
         if stack.collector:  # the token travels in the fragment, which the browser never sends to a server
             console.print(f"dashboard: {stack.collector.url}/dashboard#token={config.gateway.admin_token}", highlight=False,
@@ -288,7 +304,8 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
         console.print("[green]ready[/green] — Ctrl-C to stop")
         while True:
             time.sleep(1.0)
-            if not stack.vllm.alive:
+            # One vLLM: its death ends `up`. Several: the gateway takes a dead one out and restarts it.
+            if stack.gateway.app.replicas is None and stack.vllm is not None and not stack.vllm.alive:
                 why = _log_cause(stack.vllm.log_tail())
                 raise _fail(f"vLLM exited with code {stack.vllm.process.returncode}"
                             + (f": {why}" if why else "") + f" (log: {stack.vllm.log_path})")

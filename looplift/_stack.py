@@ -1,4 +1,4 @@
-"""The whole stack on one machine: vLLM, the gateway in front of it, the collector beside it.
+"""The whole stack on one machine: vLLM (one or several replicas), the gateway in front, the collector beside it.
 
 `Stack` is the one place `looplift up`, `looplift demo` and the tests start these parts, as a context
 manager: each part is stopped on the way out, in reverse order, however the block ends (an error, a
@@ -40,6 +40,11 @@ class StackConfig:
     collector_port: int = 8100
     vllm_log: Optional[Path] = None
     vllm_args: tuple[str, ...] = ()
+    replicas: int = 1
+    """Local vLLM servers to start (0 with `upstreams` only); with more than one upstream in all, the gateway
+    routes among them and restarts a local one that dies."""
+    upstreams: tuple[str, ...] = ()
+    """URLs of vLLM servers started elsewhere, added to the local ones."""
     tool_call_parser: Optional[str] = "auto"
     """vLLM's `--tool-call-parser` ("auto": from the model's chat template; None: tool calls off)."""
     insecure: bool = False
@@ -54,12 +59,15 @@ class Stack:
         self._on_progress = on_vllm_progress
         self._exit = contextlib.ExitStack()
         self.vllm: Any = None
+        """The first local vLLM (`server.VLLMServer`), None with only upstreams."""
+        self.local: list[Any] = []
+        """Every local replica (`server.LocalReplica`; its `.server` changes when the gateway restarts it)."""
         self.gateway: Any = None
         self.collector: Any = None
 
     def start(self) -> "Stack":
         """Start vLLM, then the gateway, then the collector; on any failure stop what was started and raise."""
-        from server import VLLMConfig, start_gateway_in_thread, start_vllm
+        from server import VLLMConfig, start_gateway_in_thread, start_local_replicas
 
         cfg = self.config
         if not (Path(cfg.model_dir) / "config.json").is_file():  # say it now, not after vLLM's ~10 s of imports
@@ -69,12 +77,19 @@ class Stack:
             from server import check_bind
 
             check_bind(cfg.host, cfg.gateway.api_keys, insecure=cfg.insecure)  # before the ~40 s of vLLM
-            self.vllm = start_vllm(VLLMConfig(model_dir=cfg.model_dir, port=0, log_path=cfg.vllm_log,
-                                              extra_args=cfg.vllm_args, tool_call_parser=cfg.tool_call_parser),
-                                   progress=self._on_progress)
-            self._exit.callback(self.vllm.stop)
-            self.gateway = start_gateway_in_thread(cfg.gateway, self.vllm.url, cfg.host, cfg.gateway_port,
-                                                   insecure=cfg.insecure)
+            if cfg.replicas:
+                self.local = start_local_replicas(VLLMConfig(model_dir=cfg.model_dir, port=0, log_path=cfg.vllm_log,
+                                                             extra_args=cfg.vllm_args,
+                                                             tool_call_parser=cfg.tool_call_parser),
+                                                  cfg.replicas, progress=self._on_progress)
+                for replica in self.local:
+                    self._exit.callback(replica.stop)
+            self.vllm = self.local[0].server if self.local else None
+            upstreams = [*self.local, *cfg.upstreams]
+            if not upstreams:
+                raise StackError("nothing to serve: start at least one local vLLM (--replicas) or give --upstream")
+            self.gateway = start_gateway_in_thread(cfg.gateway, upstreams if len(upstreams) > 1 else upstreams[0],
+                                                   cfg.host, cfg.gateway_port, insecure=cfg.insecure)
             self._exit.callback(self.gateway.stop)
             if cfg.collector is not None:
                 from pydantic import SecretStr

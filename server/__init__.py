@@ -1,14 +1,15 @@
 """looplift `server`: an OpenAI-compatible gateway in front of vLLM.
 
 Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request and
-rolled back with one call; the package also starts and supervises vLLM, and exposes `/health` and
+rolled back with one call, over one vLLM or several replicas; the package also starts and supervises vLLM, and exposes `/health` and
 Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `looplift server`).
 """
 
 from ._admin import AdminClient
 from ._auth import check_bind, key_id
 from ._gateway import create_gateway
-from ._models import HistoryEvent, SwapResult, VersionInfo, VersionsView
+from ._models import HistoryEvent, ReplicaInfo, SwapResult, VersionInfo, VersionsView
+from ._replicas import LocalReplica, start_local_replicas
 from ._serve import GatewayHandle, start_gateway_in_thread
 from ._settings import GatewaySettings
 from ._validate import validate_adapter
@@ -40,7 +41,9 @@ __all__ = [
     "HistoryEvent",
     "InsecureBindError",
     "InvalidNameError",
+    "LocalReplica",
     "NothingToRollBackError",
+    "ReplicaInfo",
     "ServerError",
     "SwapResult",
     "UpstreamError",
@@ -56,6 +59,7 @@ __all__ = [
     "create_gateway",
     "key_id",
     "start_gateway_in_thread",
+    "start_local_replicas",
     "start_vllm",
     "validate_adapter",
 ]

@@ -13,7 +13,7 @@ import httpx
 from pydantic import BaseModel
 
 from . import _defaults as D
-from ._models import SwapResult, VersionInfo, VersionsView
+from ._models import ReplicaInfo, SwapResult, VersionInfo, VersionsView
 from ._settings import require_admin_token
 from .errors import (
     AdapterInvalidError,
@@ -52,6 +52,11 @@ class AdminClient:
         """Every version, the alias, what it serves, and the history."""
         return self._call("GET", "/admin/versions", VersionsView)
 
+    def replicas(self) -> list[ReplicaInfo]:
+        """Every vLLM upstream of the gateway: url, pid, healthy, in flight, versions."""
+        r = self._request("GET", "/admin/replicas")
+        return [ReplicaInfo.model_validate(x) for x in r.json()]
+
     def load(self, path: str, name: Optional[str] = None) -> VersionInfo:
         """Validate and load an adapter directory as a new version (not promoted). The path is read by
         the gateway's vLLM, so it must exist on that machine."""
@@ -79,6 +84,9 @@ class AdminClient:
         self.close()
 
     def _call(self, method: str, path: str, model: type[T], body: Optional[dict[str, str]] = None) -> T:
+        return model.model_validate(self._request(method, path, body).json())
+
+    def _request(self, method: str, path: str, body: Optional[dict[str, str]] = None) -> httpx.Response:
         try:
             r = self._client.request(method, path, json=body)
         except httpx.HTTPError as e:
@@ -87,7 +95,7 @@ class AdminClient:
                 "there, and is --url right?"
             ) from None
         if r.is_success:
-            return model.model_validate(r.json())
+            return r
         raise _to_error(r)
 
 

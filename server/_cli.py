@@ -1,7 +1,8 @@
 """`looplift server ...`: start vLLM + the gateway, and drive the admin API.
 
-Commands: `start` (foreground: vLLM and the gateway, or with `--upstream URL` the gateway alone over a vLLM
-started elsewhere; Ctrl-C stops both cleanly), `versions`, `load`, `promote`, `rollback`.
+Commands: `start` (foreground: vLLM and the gateway; `--replicas N` local vLLMs, `--upstream URL` (repeatable) vLLMs
+started elsewhere, or the gateway alone over those; Ctrl-C stops everything cleanly), `versions`, `replicas`, `load`,
+`promote`, `rollback`.
 Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
 a table or `--json`, and on error print the message (no traceback) and exit 1.
 This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
@@ -56,13 +57,19 @@ def _emit(result: BaseModel, as_json: bool, render: Callable[[Any], None]) -> No
 @app.command()
 def start(
     model: Optional[Path] = typer.Option(None, "--model", help="HF model directory vLLM serves as version 0 (this "
-                                                               "command starts vLLM)."),
-    upstream: Optional[str] = typer.Option(None, "--upstream", help="URL of a vLLM started elsewhere (a GPU node, a "
-                                           "Kubernetes service), instead of --model. It must serve the base model as "
-                                           "<alias>-v0 (--served-model-name policy-v0) with runtime LoRA enabled and "
-                                           "read adapter paths as the gateway names them (a shared volume)."),
+                                                               "command starts vLLM: --replicas of them)."),
+    upstream: Optional[list[str]] = typer.Option(None, "--upstream", help="URL of a vLLM started elsewhere (a GPU node, "
+                                                 "a Kubernetes service); repeatable, and added to the local ones with "
+                                                 "--model. It must serve the base model as <alias>-v0 "
+                                                 "(--served-model-name policy-v0) with runtime LoRA enabled and read "
+                                                 "adapter paths as the gateway names them (a shared volume)."),
+    replicas: int = typer.Option(1, "--replicas", min=1, help="With --model: local vLLM servers to start, each on its "
+                                 "own cores (or GPUs). With more than one upstream in all, the gateway routes among "
+                                 "them (least busy; same X-Looplift-Session, same replica), retries a request a dying "
+                                 "one failed, restarts a local one that dies, and loads every version on all."),
     port: int = typer.Option(D.GATEWAY_PORT, "--port", help="Gateway port."),
-    vllm_port: int = typer.Option(D.VLLM_PORT, "--vllm-port", help="vLLM port (0: a free one)."),
+    vllm_port: int = typer.Option(D.VLLM_PORT, "--vllm-port", help="vLLM port (0: a free one; with --replicas > 1 "
+                                                                    "every replica takes a free one)."),
     alias: str = typer.Option(D.ALIAS, "--alias", help="Alias clients request; versions are <alias>-v<N>."),
     host: str = typer.Option(D.HOST, "--host", help="Gateway bind address."),
     max_model_len: int = typer.Option(D.MAX_MODEL_LEN, "--max-model-len", help="vLLM --max-model-len."),
@@ -79,15 +86,19 @@ def start(
                                                      "$LOOPLIFT_COLLECTOR_KEY or $LOOPLIFT_HOME/collector.key)."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys."),
 ) -> None:
-    """Start vLLM and the gateway in the foreground (or only the gateway, with --upstream); Ctrl-C or SIGTERM
-    stops both."""
+    """Start vLLM and the gateway in the foreground (or only the gateway, with --upstream alone); Ctrl-C or SIGTERM
+    stops everything."""
     from ._auth import check_bind
     from ._settings import GatewaySettings, version_name
     from ._vllm import VLLMConfig
 
-    if (model is None) == (upstream is None):
-        err.print("[red]error:[/red] give exactly one of --model DIR (start vLLM here) or --upstream URL (a vLLM "
-                  "started elsewhere)", highlight=False)
+    upstreams = [u.rstrip("/") for u in upstream or ()]
+    if model is None and not upstreams:
+        err.print("[red]error:[/red] give --model DIR (start vLLM here), --upstream URL (a vLLM started elsewhere; "
+                  "repeatable), or both", highlight=False)
+        raise typer.Exit(2)
+    if model is None and replicas > 1:
+        err.print("[red]error:[/red] --replicas starts local vLLMs: it needs --model DIR", highlight=False)
         raise typer.Exit(2)
     overrides: dict[str, Any] = {"alias": alias, "max_lora_rank": max_lora_rank}
     if collector_url:
@@ -100,8 +111,8 @@ def start(
         raise typer.Exit(2)
     _run(lambda: check_bind(host, settings.api_keys, insecure=insecure))  # before the ~40 s of vLLM
     cfg = None if model is None else VLLMConfig(
-        model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port, max_model_len=max_model_len,
-        max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
+        model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port if replicas == 1 else 0,
+        max_model_len=max_model_len, max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
         tool_call_parser=None if tool_call_parser == "none" else tool_call_parser,
     )
     # From the first line: SIGTERM (a supervisor), SIGINT (Ctrl-C, also when a shell started us in the
@@ -109,13 +120,34 @@ def start(
     # the `with` blocks below stop the gateway and vLLM's whole process group on the way out.
     with shutdown_on_signals():
         try:
-            if cfg is None:
-                # The registry reconciles with that vLLM when it first answers (at startup or the first request).
-                _gateway(settings, str(upstream).rstrip("/"), host, port, alias, threading.Event(), insecure)
-            else:
+            if cfg is not None and replicas == 1 and not upstreams:
                 _serve(settings, cfg, host, port, alias, insecure)
+            elif cfg is None and len(upstreams) == 1:
+                # The registry reconciles with that vLLM when it first answers (at startup or the first request).
+                _gateway(settings, upstreams[0], host, port, alias, threading.Event(), insecure)
+            else:
+                _serve_replicas(settings, cfg, replicas, upstreams, host, port, alias, insecure)
         except Shutdown as s:
             out.print(f"stopped ({s})")
+
+
+def _serve_replicas(settings: Any, cfg: Any, n: int, upstreams: list[str], host: str, port: int, alias: str,
+                    insecure: bool = False) -> None:
+    """Several upstreams: `n` local vLLMs (none without `cfg`) and `upstreams`; the gateway restarts local ones."""
+    from ._replicas import start_local_replicas
+
+    local: list[Any] = []
+    try:
+        if cfg is not None:
+            with out.status(f"starting {n} vLLM replica(s)…") as status:
+                local = _run(lambda: start_local_replicas(cfg, n, progress=lambda s, line: status.update(
+                    f"starting vLLM replicas… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
+            for r in local:
+                out.print(f"vLLM replica ready at {r.url} (pid {r.pid}, log: {r.server.log_path})")
+        _gateway(settings, [*local, *upstreams], host, port, alias, threading.Event(), insecure)
+    finally:
+        for r in local:
+            r.stop()
 
 
 def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str, insecure: bool = False) -> None:
@@ -134,14 +166,16 @@ def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str, insecure: 
         raise typer.Exit(1)
 
 
-def _gateway(settings: Any, upstream_url: str, host: str, port: int, alias: str, stop: threading.Event,
+def _gateway(settings: Any, upstreams: Any, host: str, port: int, alias: str, stop: threading.Event,
              insecure: bool = False) -> None:
-    """Serve the gateway over `upstream_url` until `stop` is set (or a signal raises `Shutdown`)."""
+    """Serve the gateway over `upstreams` (a URL, or a list of URLs and `LocalReplica`s) until `stop` is set (or a
+    signal raises `Shutdown`)."""
     from ._serve import start_gateway_in_thread
     from ._settings import looplift_home
 
-    with _run(lambda: start_gateway_in_thread(settings, upstream_url, host, port, insecure=insecure)) as gw:
-        out.print(f"gateway at {gw.url}/v1 over {upstream_url}  (alias [bold]{alias}[/bold] -> "
+    over = upstreams if isinstance(upstreams, str) else ", ".join(u if isinstance(u, str) else u.url for u in upstreams)
+    with _run(lambda: start_gateway_in_thread(settings, upstreams, host, port, insecure=insecure)) as gw:
+        out.print(f"gateway at {gw.url}/v1 over {over}  (alias [bold]{alias}[/bold] -> "
                   f"{gw.app.registry.serving})")
         out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
         while not stop.wait(0.5):
@@ -174,6 +208,22 @@ def _loaded(v: VersionInfo) -> None:
 def versions(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
     """List versions and what the alias serves."""
     _emit(_run(lambda: AdminClient(url, token).versions()), as_json, _versions_table)
+
+
+@app.command()
+def replicas(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON) -> None:
+    """List the gateway's vLLM upstreams: healthy, in flight, versions loaded, restarts."""
+    rows = _run(lambda: AdminClient(url, token).replicas())
+    if as_json:
+        out.print_json(json.dumps([r.model_dump(mode="json") for r in rows]))
+        return
+    t = Table(title=f"{sum(r.healthy for r in rows)} of {len(rows)} replicas healthy")
+    for col in ("url", "pid", "healthy", "in flight", "restarts", "versions", "detail"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.url, str(r.pid or ""), "yes" if r.healthy else "[red]no[/red]", str(r.in_flight), str(r.restarts),
+                  ", ".join(r.versions), r.detail or "")
+    out.print(t)
 
 
 @app.command()

@@ -72,6 +72,11 @@ HEALTH_TIMEOUT_S = 5.0
 #: Idle upstream connections are dropped after this long: below vLLM's keep-alive timeout (uvicorn's 5 s),
 #: so the gateway never reuses a connection vLLM is about to close.
 UPSTREAM_KEEPALIVE_S = 4.0
+#: Seconds between `/health` checks of each replica when the gateway has several (a replica that fails a
+#: request is taken out at once; this bounds how soon a dead-but-idle one is noticed and a back one rejoins).
+REPLICA_HEALTH_INTERVAL_S = 1.0
+#: Sessions (`X-Looplift-Session`) whose replica the gateway remembers, least recently used dropped first.
+SESSION_AFFINITY_MAX = 10_000
 # --- capture ------------------------------------------------------------------------------
 #: App of captured trajectories when the client sends no `X-Looplift-App`.
 CAPTURE_APP = "default"

@@ -1,8 +1,10 @@
-"""The OpenAI-compatible gateway in front of one vLLM server: how its parts are put together.
+"""The OpenAI-compatible gateway in front of one vLLM server or several: how its parts are put together.
 
 `create_gateway` returns one ASGI app, a `Gateway`, which owns:
 
-* `upstream` (`_upstream.Upstream`): the one HTTP client to vLLM;
+* `upstream` (`_upstream.Upstream`): the one HTTP client to vLLM; with several upstreams, `replicas`
+  (`_replicas.ReplicaSet`) instead, which routes, watches health, restarts local replicas, and fans the
+  adapter calls out (the single-upstream gateway has no routing code on its hot path);
 * `registry` (`_registry.Registry`): versions, the alias, leases, hot swap; it reaches vLLM only through
   `upstream`'s adapter calls;
 * `metrics` (`_metrics.GatewayMetrics`);
@@ -16,8 +18,7 @@
 * with a collector (`connect_collector`): `capture` (`_capture`, hooked into `proxy`), `collector_link`
   (feedback forwarding).
 
-Replicas replace `upstream` with a pool that implements the same adapter calls (fanned out) and picks a
-replica per request.
+Replicas (`_replicas`, several upstreams) swap `proxy` for a `RoutedProxy`, which inherits the capture hooks.
 
 Deliberately not here: starting vLLM (`_vllm`), rate limiting, and any rewriting of vLLM's answers (their
 `model` field names the version that answered, which is what trajectories should record).
@@ -28,7 +29,7 @@ from __future__ import annotations
 import hmac
 import logging
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Optional
+from typing import AsyncIterator, Optional, Sequence, Union
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,9 +43,10 @@ from ._capture import Capture
 from ._collector_link import CollectorLink
 from ._feedback import feedback_router
 from ._metrics import CONTENT_TYPE, GatewayMetrics
-from ._models import LoadRequest, PromoteRequest, SwapResult, VersionInfo, VersionsView
-from ._proxy import ENDPOINTS, Proxy, Receive, Scope, Send, api_key_denied, error_payload
+from ._models import LoadRequest, PromoteRequest, ReplicaInfo, SwapResult, VersionInfo, VersionsView
+from ._proxy import ENDPOINTS, Proxy, Receive, RoutedProxy, Scope, Send, api_key_denied, error_payload
 from ._registry import Registry
+from ._replicas import LocalReplica, ReplicaSet, Source
 from ._settings import GatewaySettings
 from ._upstream import Upstream
 from .errors import AdminAuthError, ServerError, UpstreamError
@@ -55,13 +57,27 @@ log = logging.getLogger("looplift.server.gateway")
 class Gateway:
     """The gateway as one ASGI app (see the module docstring). Build it with `create_gateway`."""
 
-    def __init__(self, settings: GatewaySettings, vllm_base_url: str) -> None:
+    def __init__(self, settings: GatewaySettings, upstreams: Union[Source, Sequence[Source]]) -> None:
         self.settings = settings
         self.keys = KeyRing(settings.api_keys)
-        self.upstream = Upstream(vllm_base_url, read_timeout_s=settings.request_timeout_s)
-        self.registry = Registry(settings, self.upstream)
-        self.metrics = GatewayMetrics(in_flight=self.registry.in_flight)
-        self.proxy = Proxy(settings, self.registry, self.upstream, self.metrics, self.keys)
+        sources: list[Source] = [upstreams] if isinstance(upstreams, (str, LocalReplica)) else list(upstreams)
+        if not sources:
+            raise ValueError("the gateway needs at least one vLLM upstream")
+        #: The replica set when there are several upstreams; None for one (no routing on the hot path).
+        self.replicas: Optional[ReplicaSet] = None
+        self._local = sources[0] if len(sources) == 1 and isinstance(sources[0], LocalReplica) else None
+        if len(sources) == 1:
+            url = sources[0] if isinstance(sources[0], str) else sources[0].url
+            self.upstream = Upstream(url, read_timeout_s=settings.request_timeout_s)
+            self.registry = Registry(settings, self.upstream)
+            self.metrics = GatewayMetrics(in_flight=self.registry.in_flight)
+            self.proxy: Proxy = Proxy(settings, self.registry, self.upstream, self.metrics, self.keys)
+        else:
+            self.replicas = ReplicaSet(settings, sources)
+            self.upstream = self.replicas.replicas[0].upstream
+            self.registry = Registry(settings, self.replicas)
+            self.metrics = GatewayMetrics(in_flight=self.registry.in_flight, replicas=lambda: self.replicas_view())
+            self.proxy = RoutedProxy(settings, self.registry, self.replicas, self.metrics, self.keys)
         #: Capture (`_capture`) and the link to the collector (feedback); see `connect_collector`.
         self.capture: Optional[Capture] = None
         self.collector_link: Optional[CollectorLink] = None
@@ -85,14 +101,25 @@ class Gateway:
         else:
             await self.api(scope, receive, send)
 
+    def replicas_view(self, single_health: Optional[tuple[bool, str]] = None) -> list[ReplicaInfo]:
+        """`GET /admin/replicas`; for one upstream, `single_health` is its `/health` answer."""
+        if self.replicas is not None:
+            return self.replicas.view()
+        ok, detail = single_health or (True, "")
+        reg = self.registry
+        return [ReplicaInfo(url=self.upstream.base_url, pid=self._local.pid if self._local is not None else None,
+                            healthy=ok, in_flight=sum(reg.in_flight().values()), detail=None if ok else detail,
+                            versions=sorted(v.name for v in reg.versions.values() if v.state == "loaded") if reg.started else [])]
 
-def create_gateway(settings: GatewaySettings, vllm_base_url: str) -> Gateway:
-    """Build the gateway (an ASGI app) for the vLLM at `vllm_base_url` (e.g. `http://127.0.0.1:41234`, no `/v1`).
+
+def create_gateway(settings: GatewaySettings, upstreams: Union[Source, Sequence[Source]]) -> Gateway:
+    """Build the gateway (an ASGI app) for one vLLM (`http://127.0.0.1:41234`, no `/v1`) or several (a list of
+    URLs and `LocalReplica`s: requests are routed among them, versions loaded on all of them).
 
     The registry is read and reconciled with vLLM at startup, or at the first request if vLLM was not
     answering then. `gateway.registry` is the live registry (for tests and embedding code).
     """
-    return Gateway(settings, vllm_base_url)
+    return Gateway(settings, upstreams)
 
 
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
@@ -108,6 +135,8 @@ def _control_api(gw: Gateway) -> FastAPI:
             await registry.ready()
         except ServerError as e:
             log.warning("registry not started yet (%s); will retry on the next request", e.message)
+        if gw.replicas is not None:
+            gw.replicas.start()
         try:
             yield
         finally:
@@ -116,7 +145,10 @@ def _control_api(gw: Gateway) -> FastAPI:
             if gw.collector_link is not None:
                 await gw.collector_link.close()
             await registry.close()
-            await upstream.close()
+            if gw.replicas is not None:
+                await gw.replicas.close()
+            else:
+                await upstream.close()
 
     app = FastAPI(title="looplift gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
 
@@ -186,8 +218,12 @@ def _control_api(gw: Gateway) -> FastAPI:
     # ---- operators --------------------------------------------------------------------------
     @app.get("/health")
     async def health() -> JSONResponse:
-        """200 when vLLM answers its /health, 503 otherwise; names the serving version."""
-        vllm_ok, detail = await upstream.health()
+        """200 when vLLM (with replicas: at least one replica) answers, 503 otherwise; names the serving version."""
+        if gw.replicas is not None:
+            n = gw.replicas.healthy_count()
+            vllm_ok, detail = n > 0, f"{n} of {len(gw.replicas.replicas)} replicas healthy"
+        else:
+            vllm_ok, detail = await upstream.health()
         if vllm_ok:
             try:
                 await registry.ready()
@@ -199,6 +235,8 @@ def _control_api(gw: Gateway) -> FastAPI:
             "alias": settings.alias,
             "serving": registry.serving if registry.started else None,
         }
+        if gw.replicas is not None:
+            body["replicas"] = detail
         return JSONResponse(body, status_code=200 if vllm_ok else 503)
 
     @app.get("/metrics")
@@ -213,6 +251,13 @@ def _control_api(gw: Gateway) -> FastAPI:
     async def list_versions() -> VersionsView:
         """Every version, the alias, and the audit history."""
         return (await registry.ready()).view()
+
+    @app.get("/admin/replicas", dependencies=admin)
+    async def list_replicas() -> list[ReplicaInfo]:
+        """Every vLLM upstream: url, pid (started here), healthy, in flight, versions loaded on it."""
+        if gw.replicas is not None:
+            return gw.replicas_view()
+        return gw.replicas_view(await upstream.health())
 
     @app.post("/admin/versions", dependencies=admin, status_code=201)
     async def load_version(req: LoadRequest) -> VersionInfo:

@@ -10,7 +10,7 @@ Names and labels are the gateway's operator contract; keep them stable.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -31,10 +31,27 @@ class _InFlight(Collector):
         yield g
 
 
+class _Replicas(Collector):
+    def __init__(self, read: Callable[[], Sequence[Any]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("looplift_gateway_replica_healthy", "1 when the replica receives requests.",
+                               labels=["replica"])
+        busy = GaugeMetricFamily("looplift_gateway_replica_in_flight", "Requests in flight, by replica.",
+                                 labels=["replica"])
+        for r in self._read():
+            up.add_metric([r.url], 1 if r.healthy else 0)
+            busy.add_metric([r.url], r.in_flight)
+        yield up
+        yield busy
+
+
 class GatewayMetrics:
     """Counters and histograms of one gateway; `in_flight` is read at scrape time."""
 
-    def __init__(self, in_flight: Callable[[], Mapping[str, int]]) -> None:
+    def __init__(self, in_flight: Callable[[], Mapping[str, int]],
+                 replicas: Optional[Callable[[], Sequence[Any]]] = None) -> None:
         self.registry = r = CollectorRegistry()
         self._requests = Counter(
             "looplift_gateway_requests", "Requests answered, by requested model, serving version, endpoint and status.",
@@ -53,7 +70,13 @@ class GatewayMetrics:
         self._upstream_errors = Counter(
             "looplift_gateway_upstream_errors", "Failures talking to vLLM, by endpoint.", ["endpoint"], registry=r,
         )
+        self._retries = Counter(
+            "looplift_gateway_retries", "Requests sent to another replica after a transport failure, by endpoint.",
+            ["endpoint"], registry=r,
+        )
         r.register(_InFlight(in_flight))
+        if replicas is not None:
+            r.register(_Replicas(replicas))
         self._children: dict[tuple[str, ...], Any] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -74,6 +97,10 @@ class GatewayMetrics:
     def upstream_error(self, endpoint: str) -> None:
         """One failure talking to vLLM."""
         self._child(self._upstream_errors, endpoint).inc()
+
+    def retried(self, endpoint: str) -> None:
+        """One request re-sent to another replica."""
+        self._child(self._retries, endpoint).inc()
 
     def swapped(self, kind: str, swap_ms: float) -> None:
         """One alias flip (`promote` or `rollback`)."""

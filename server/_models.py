@@ -75,3 +75,21 @@ class PromoteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: str = Field(min_length=1)
+
+
+class ReplicaInfo(BaseModel):
+    """One vLLM upstream as `GET /admin/replicas` reports it."""
+
+    url: str
+    #: The vLLM API server's pid when this gateway started it (None for `--upstream` servers).
+    pid: Optional[int] = None
+    #: Whether it receives requests now (it serves every loaded version).
+    healthy: bool
+    #: Requests it is answering now.
+    in_flight: int = 0
+    #: What it serves: the base model and the adapters loaded on it.
+    versions: list[str] = Field(default_factory=list)
+    #: Why it is out of routing (None while healthy).
+    detail: Optional[str] = None
+    #: Times this gateway restarted it.
+    restarts: int = 0

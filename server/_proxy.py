@@ -15,9 +15,8 @@ Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`). A 
 during a stream ends the upstream request too, so vLLM stops generating for nobody.
 
 Capture (`_capture`, when on for the request's key) hooks in at three points: `begin` before forwarding
-(the already parsed request fields, the `X-Looplift-*` headers), the relay appending the answer's bytes,
-and `finish` at `_exchange`'s end, which only queues the exchange for the capture worker.
-Several vLLM replicas replace the one `Upstream` with a pool that picks a replica for the lease's version.
+(the already parsed request fields, the `X-Looplift-*` headers), the relay appending the answer's bytes
+(`tee`), and `finish` at the exchange's end (`_done`), which only queues the exchange for the capture worker.
 Deliberately not here: admin, health, models and metrics routes (`_gateway`), version bookkeeping
 (`_registry`), rate limiting.
 """
@@ -40,6 +39,7 @@ from ._capture import Capture, headers_of
 from ._capture_build import Exchange
 from ._metrics import GatewayMetrics
 from ._registry import Lease, Registry
+from ._replicas import Replica, ReplicaSet
 from ._settings import GatewaySettings
 from ._upstream import Upstream, UpstreamHTTPError
 from .errors import ServerError
@@ -54,6 +54,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 CHAT = "/v1/chat/completions"
 ENDPOINTS = {CHAT: "messages", "/v1/completions": "prompt"}
 _VERSION_HEADER = b"x-looplift-version"
+_REPLICA_HEADER = b"x-looplift-replica"
+_SESSION_HEADER = b"x-looplift-session"
 
 
 def error_payload(status: int, message: str, *, type_: Optional[str] = None, param: Optional[str] = None,
@@ -87,12 +89,12 @@ class Proxy:
     """The ASGI handler for `ENDPOINTS` (the gateway dispatches those paths here)."""
 
     def __init__(self, settings: GatewaySettings, registry: Registry, upstream: Upstream,
-                 metrics: GatewayMetrics, keys: KeyRing) -> None:
+                 metrics: GatewayMetrics, keys: Optional[KeyRing] = None) -> None:
         self.settings = settings
         self.registry = registry
         self.upstream = upstream
         self.metrics = metrics
-        self.keys = keys
+        self.keys = keys if keys is not None else KeyRing(settings.api_keys)
         #: Set when capture is on (`Gateway.connect_collector`); the hook is `_capture.Capture.begin/finish`.
         self.capture: Optional[Capture] = None
 
@@ -138,49 +140,63 @@ class Proxy:
                 f"{', '.join(registry.model_ids())}.", param="model", code="model_not_found"))
         tee = None if capture is None else capture.begin(body.fields, body.model, lease.version, key_id,
                                                           headers_of(scope))
-        await self._exchange(endpoint, body, lease, t0, receive, send, tee)
+        await self._exchange(endpoint, body, lease, t0, scope, receive, send, tee)
 
-    async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float,
+    async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, scope: Scope,
                         receive: Receive, send: Send, tee: Optional[Exchange] = None) -> None:
         """Forward to vLLM and relay the answer; the lease is released and the request counted on every exit."""
         version = lease.version
         headers = ((_VERSION_HEADER, version.encode()),)
-        status = "client_closed"  # what a cancellation (client gone, shutdown) leaves behind
+        status: Optional[str] = "client_closed"  # what a cancellation (client gone, shutdown) leaves behind
         try:
-            status = await self._forward(endpoint, body.with_model(version), headers, receive, send, tee)
+            status = await self._forward(self.upstream, endpoint, body.with_model(version), headers, receive, send,
+                                         tee=tee)
         finally:
-            lease.release()
-            model_label = body.model if body.model == self.registry.alias else version
-            seconds = time.perf_counter() - t0
-            self.metrics.request_done(model_label, version, endpoint, status, seconds)
-            if tee is not None and self.capture is not None:
-                self.capture.finish(tee, status, seconds)
+            self._done(endpoint, body, lease, t0, status, tee)
 
-    async def _forward(self, endpoint: str, payload: bytes, headers: tuple[tuple[bytes, bytes], ...],
-                       receive: Receive, send: Send, tee: Optional[Exchange] = None) -> str:
-        """Send `payload` to vLLM and relay its answer; returns the status label for the metrics."""
+    def _done(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, status: Optional[str],
+              tee: Optional[Exchange]) -> None:
+        """The exchange is over: release the lease, count it, hand a captured exchange to the capture queue."""
+        lease.release()
+        version = lease.version
+        model_label = body.model if body.model == self.registry.alias else version
+        seconds = time.perf_counter() - t0
+        self.metrics.request_done(model_label, version, endpoint, str(status), seconds)
+        if tee is not None and self.capture is not None:
+            self.capture.finish(tee, str(status), seconds)
+
+    async def _forward(self, upstream: Upstream, endpoint: str, payload: bytes,
+                       headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send,
+                       may_retry: bool = False, tee: Optional[Exchange] = None) -> Optional[str]:
+        """Send `payload` to vLLM and relay its answer; returns the status label for the metrics. With
+        `may_retry`, a transport failure before any byte went to the client returns None and sends nothing
+        (the caller tries another replica); timeouts are never retried (the request may still be running)."""
         try:
-            r = await self.upstream.post(endpoint, payload)
+            r = await upstream.post(endpoint, payload)
         except TimeoutError as e:
             self.metrics.upstream_error(endpoint)
-            await send_json(send, 504, error_payload(504, f"vLLM did not answer in time ({self.upstream.describe(e)}).",
+            await send_json(send, 504, error_payload(504, f"vLLM did not answer in time ({upstream.describe(e)}).",
                                                      code="upstream_timeout"), headers)
             return "504"
         except UpstreamHTTPError as e:
             self.metrics.upstream_error(endpoint)
-            await send_json(send, 502, error_payload(502, f"vLLM is not reachable ({self.upstream.describe(e)}).",
+            if may_retry:
+                return None
+            await send_json(send, 502, error_payload(502, f"vLLM is not reachable ({upstream.describe(e)}).",
                                                      code="upstream_unavailable"), headers)
             return "502"
         async with r:  # on exit the connection goes back to the pool, or is closed if the answer was cut short
             content_type = r.headers.get("Content-Type", "application/json")
             if r.status == 200 and content_type.startswith("text/event-stream"):
-                return await self._relay_stream(endpoint, r, content_type.encode(), headers, receive, send,
+                return await self._relay_stream(upstream, endpoint, r, content_type.encode(), headers, receive, send,
                                                  tee.chunks if tee is not None else None)
             try:
                 content = await r.read()
             except UpstreamHTTPError as e:
                 self.metrics.upstream_error(endpoint)
-                await send_json(send, 502, error_payload(502, f"vLLM broke off its answer ({self.upstream.describe(e)}).",
+                if may_retry and not isinstance(e, TimeoutError):
+                    return None
+                await send_json(send, 502, error_payload(502, f"vLLM broke off its answer ({upstream.describe(e)}).",
                                                          code="upstream_error"), headers)
                 return "502"
             if r.status >= 500:
@@ -190,7 +206,7 @@ class Proxy:
             await _answer(send, r.status, content, content_type.encode(), headers)
             return str(r.status)
 
-    async def _relay_stream(self, endpoint: str, r: aiohttp.ClientResponse, content_type: bytes,
+    async def _relay_stream(self, upstream: Upstream, endpoint: str, r: aiohttp.ClientResponse, content_type: bytes,
                             headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send,
                             tee: Optional[list[bytes]] = None) -> str:
         await send({"type": "http.response.start", "status": 200,
@@ -217,7 +233,8 @@ class Proxy:
             if not gone:
                 status = "stream_error"
                 self.metrics.upstream_error(endpoint)
-                err = error_payload(502, f"vLLM broke off the stream ({self.upstream.describe(e)})", code="upstream_error")
+                err = error_payload(502, f"vLLM at {upstream.base_url} broke off the stream ({upstream.describe(e)})",
+                                    code="upstream_error")
                 await send({"type": "http.response.body", "body": f"data: {json.dumps(err)}\n\n".encode(),
                             "more_body": True})
         finally:
@@ -226,6 +243,50 @@ class Proxy:
             return "client_closed"
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return status
+
+
+class RoutedProxy(Proxy):
+    """The proxy over several replicas (`_replicas.ReplicaSet`): each attempt goes to `replicas.pick`; a
+    transport failure takes that replica out, and, when no byte went back yet (a non-streaming answer is
+    read whole first; a stream that had not started), the request is sent to the next healthy replica.
+    Answers carry `x-looplift-replica` (which replica answered)."""
+
+    def __init__(self, settings: GatewaySettings, registry: Registry, replicas: ReplicaSet,
+                 metrics: GatewayMetrics, keys: Optional[KeyRing] = None) -> None:
+        super().__init__(settings, registry, replicas.replicas[0].upstream, metrics, keys)
+        self.replicas = replicas
+
+    async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, scope: Scope,
+                        receive: Receive, send: Send, tee: Optional[Exchange] = None) -> None:
+        version = lease.version
+        payload = body.with_model(version)
+        session = _header(scope, _SESSION_HEADER)
+        tried: list[Replica] = []
+        status: Optional[str] = "client_closed"
+        try:
+            while True:
+                r = self.replicas.pick(session, tried)
+                if r is None:
+                    status = "503"
+                    await send_json(send, 503, error_payload(
+                        503, f"No healthy vLLM replica ({len(self.replicas.replicas)} configured, {len(tried)} tried; "
+                        "see GET /admin/replicas).", code="upstream_unavailable"), ((_VERSION_HEADER, version.encode()),))
+                    break
+                tried.append(r)
+                headers = ((_VERSION_HEADER, version.encode()), (_REPLICA_HEADER, r.url.encode()))
+                r.in_flight += 1
+                try:
+                    status = await self._forward(r.upstream, endpoint, payload, headers, receive, send,
+                                                 may_retry=self.replicas.others_up(tried), tee=tee)
+                finally:
+                    r.in_flight -= 1
+                if status in (None, "502", "stream_error"):
+                    self.replicas.mark_down(r, f"a request to it failed ({status or 'retried elsewhere'})")
+                if status is not None:
+                    break
+                self.metrics.retried(endpoint)
+        finally:
+            self._done(endpoint, body, lease, t0, status, tee)
 
 
 async def _until_disconnect(receive: Receive) -> None:

@@ -7,11 +7,14 @@ It does not start vLLM; see `_vllm.start_vllm`.
 
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 from sdk.infra import ServerThread, ServerThreadError, start_server_thread
 
 from . import _defaults as D
 from ._auth import check_bind
 from ._gateway import Gateway, create_gateway
+from ._replicas import Source
 from ._settings import GatewaySettings
 from .errors import GatewayStartError
 
@@ -30,7 +33,7 @@ class GatewayHandle(ServerThread):
 
 def start_gateway_in_thread(
     settings: GatewaySettings,
-    vllm_url: str,
+    vllm_url: Union[Source, Sequence[Source]],
     host: str = D.HOST,
     port: int = D.GATEWAY_PORT,
     *,
@@ -38,9 +41,9 @@ def start_gateway_in_thread(
     log_level: str = "warning",
     insecure: bool = False,
 ) -> GatewayHandle:
-    """Start the gateway for the vLLM at `vllm_url` on `host:port` (0 = a free port) and wait until it serves.
-    A non-loopback `host` without API keys is refused (`InsecureBindError`, see `_auth.check_bind`) unless
-    `insecure`."""
+    """Start the gateway for the vLLM at `vllm_url` (or several: URLs and `LocalReplica`s) on `host:port`
+    (0 = a free port) and wait until it serves. A non-loopback `host` without API keys is refused
+    (`InsecureBindError`, see `_auth.check_bind`) unless `insecure`."""
     check_bind(host, settings.api_keys, insecure=insecure)
     app = create_gateway(settings, vllm_url)
     try:

@@ -67,6 +67,9 @@ class GatewaySettings:
     #: Seconds to wait for vLLM's next bytes (per read, not per request): a stream may run longer
     #: as long as tokens keep coming; a stalled upstream fails with 504 after this long.
     request_timeout_s: float = D.REQUEST_TIMEOUT_S
+    #: With several vLLM replicas: seconds between `/health` checks of each (how soon an idle dead replica is
+    #: noticed and a recovered one rejoins; a replica that fails a request is taken out at once regardless).
+    replica_health_interval_s: float = D.REPLICA_HEALTH_INTERVAL_S
     #: Largest LoRA rank vLLM was started with (`--max-lora-rank`); bigger adapters are refused up front.
     max_lora_rank: int = D.MAX_LORA_RANK
     #: Capture every `/v1/chat/completions` exchange as collector data (`_capture`); needs a collector.

@@ -82,6 +82,9 @@ class VLLMConfig:
     start_timeout_s: float = D.VLLM_START_TIMEOUT_S
     #: Python interpreter that runs vLLM (the current one by default).
     python: str = sys.executable
+    #: Pay vLLM's slow first generation (~30 s of one-time warm-up on the CPU build) before returning, so the
+    #: first real request does not (tests, benchmarks, and a replica restarted behind a gateway).
+    warm_up: bool = False
 
 
 def free_port(host: str = D.HOST) -> int:
@@ -101,6 +104,25 @@ def _cuda_available() -> bool:
     except importlib.metadata.PackageNotFoundError:
         pass
     return Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidiactl").exists()
+
+
+def replica_env(index: int, count: int) -> dict[str, str]:
+    """Environment giving local replica `index` of `count` its own share of this machine, so that replicas add
+    capacity instead of fighting over it: on a GPU machine its own GPUs (`CUDA_VISIBLE_DEVICES`), on the CPU
+    build its own cores (`VLLM_CPU_OMP_THREADS_BIND`; by default every vLLM binds its OpenMP threads to all
+    cores, and two of them spinning on the same cores measured 0.23x the throughput of one, bench/replicas.py).
+    Empty for one replica, or when there are fewer GPUs / cores than replicas (they share, as before)."""
+    if count <= 1:
+        return {}
+    if _cuda_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible.split(",") if visible else [str(i) for i in range(len(list(Path("/proc/driver/nvidia/gpus")
+                                                                                 .glob("*"))))]
+        share = gpus[index * len(gpus) // count:(index + 1) * len(gpus) // count]
+        return {"CUDA_VISIBLE_DEVICES": ",".join(share)} if share else {}
+    cores = sorted(os.sched_getaffinity(0))
+    share_c = cores[index * len(cores) // count:(index + 1) * len(cores) // count]
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, share_c))} if share_c else {}
 
 
 def build_command(config: VLLMConfig, port: int, on_gpu: bool) -> tuple[list[str], dict[str, str]]:
@@ -158,6 +180,8 @@ class VLLMServer:
         self.log_path = log_path
         #: Seconds from spawn to the first healthy answer.
         self.startup_s = startup_s
+        #: Seconds the warm-up generation took (0 without `warm_up`).
+        self.warmup_s = 0.0
         self._watchdog: Optional[threading.Thread] = None
         self._stopping = threading.Event()
         #: Set by the watchdog when the process exited without `stop()` being called.
@@ -252,12 +276,26 @@ def start_vllm(
                                      log_tail=_tail(log_path)) from None
         server = VLLMServer(process, command=argv, host=config.host, port=port, log_path=log_path, startup_s=0.0)
         _wait_healthy(server, config, t0, progress)
+        server.startup_s = time.monotonic() - t0
+        if config.warm_up:
+            _warm_up(server, config)
     except BaseException:
         if process is not None:
             process.stop(grace_s=D.VLLM_ABORT_GRACE_S)
         raise
-    server.startup_s = time.monotonic() - t0
     return server
+
+
+def _warm_up(server: VLLMServer, config: VLLMConfig) -> None:
+    t0 = time.monotonic()
+    try:
+        httpx.post(f"{server.url}/v1/chat/completions", timeout=config.start_timeout_s, json={
+            "model": config.served_model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        }).raise_for_status()
+    except httpx.HTTPError as e:
+        raise VLLMStartError(f"the warm-up generation failed: {e}", command=server.command, log_path=server.log_path,
+                             log_tail=_tail(server.log_path)) from None
+    server.warmup_s = time.monotonic() - t0
 
 
 def _wait_healthy(server: VLLMServer, config: VLLMConfig, t0: float,

@@ -5,11 +5,9 @@ one tiny model, a few LoRA adapters, and ONE real vLLM CPU server (~40 s, ~3 GB)
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-import httpx
 import pytest
 from _dbs import DIALECTS, database
 
@@ -77,19 +75,9 @@ def looplift_home_with_base_model(looplift_base_model: Path) -> Callable[[Path],
 @pytest.fixture(scope="session")
 def vllm_server(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real vLLM CPU server for the session, serving the tiny model as `policy-v0` with runtime LoRA."""
-    from server import VLLMConfig, start_vllm
+    from _vllm import start_warm_vllm
 
-    log_path = tmp_path_factory.mktemp("vllm_logs") / "vllm.log"
-    server = start_vllm(VLLMConfig(model_dir=looplift_model_dir, log_path=log_path))
-    # The first generation on vLLM CPU is slow (~30 s of one-time warm-up); pay it here, once, so
-    # that no test's timing depends on running first.
-    t0 = time.monotonic()
-    httpx.post(
-        f"{server.url}/v1/chat/completions",
-        json={"model": "policy-v0", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
-        timeout=300,
-    ).raise_for_status()
-    server.warmup_s = time.monotonic() - t0  # type: ignore[attr-defined]
+    server = start_warm_vllm(looplift_model_dir, tmp_path_factory.mktemp("vllm_logs") / "vllm.log")
     try:
         yield server
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import statistics
 import struct
 import time
@@ -17,6 +16,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines
+from _wait import wait_until
 from server import (
     AdapterInvalidError,
     AdminAuthError,
@@ -32,7 +33,6 @@ from server import (
 pytestmark = pytest.mark.vllm
 
 ADMIN = "test-admin-token"
-CHAT = [{"role": "user", "content": "What is 2+3?"}]
 
 
 @pytest.fixture
@@ -74,23 +74,6 @@ def _metrics(client: httpx.Client) -> dict[str, float]:
     return out
 
 
-def _sse_events(lines: list[str]) -> list[Any]:
-    return [line[len("data: "):] for line in lines if line.startswith("data: ")]
-
-
-def _sse_lines(r: httpx.Response) -> Iterator[str]:
-    """SSE lines split on "\n" only. httpx's iter_lines also splits on \x85, \u2028, \x1c…, which an
-    untrained model's tokens contain unescaped inside JSON strings (JSON does not escape them)."""
-    buf = b""
-    for chunk in r.iter_bytes():
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            yield line.decode("utf-8").rstrip("\r")
-    if buf:
-        yield buf.decode("utf-8")
-
-
 # ---- OpenAI surface ------------------------------------------------------------------------------
 def test_chat_non_stream_passes_token_ids_and_logprobs(client: httpx.Client) -> None:
     r = _chat(client, return_token_ids=True, logprobs=True, top_logprobs=2)
@@ -111,7 +94,7 @@ def test_chat_stream_proxies_sse_with_token_ids(client: httpx.Client) -> None:
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
-        events = _sse_events(list(_sse_lines(r)))
+        events = sse_events(list(sse_lines(r)))
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert {c["model"] for c in chunks} == {"policy-v0"}
@@ -246,12 +229,12 @@ def test_load_promote_rollback(client: httpx.Client, admin: AdminClient, vllm_se
     v2 = admin.load(str(looplift_new_adapter(1)))
     admin.promote(v2.name)
     assert _chat(client).json()["model"] == "policy-v2"
-    _wait(lambda: "policy-v1" not in _vllm_models(vllm_server), "v1 unloaded after promote of v2")
+    wait_until(lambda: "policy-v1" not in _vllm_models(vllm_server), "v1 unloaded after promote of v2", timeout=30)
 
     back = admin.rollback()
     assert (back.serving, back.previous) == ("policy-v1", "policy-v2")
     assert _chat(client).json()["model"] == "policy-v1"  # re-loaded on rollback
-    _wait(lambda: "policy-v2" not in _vllm_models(vllm_server), "v2 unloaded after rollback")
+    wait_until(lambda: "policy-v2" not in _vllm_models(vllm_server), "v2 unloaded after rollback", timeout=30)
     assert admin.rollback().serving == "policy-v0"
     with pytest.raises(NothingToRollBackError):
         admin.rollback()
@@ -370,15 +353,15 @@ def test_restart_serves_same_version(vllm_server: Any, tmp_path: Path,
 def test_stream_client_disconnect_releases_in_flight(gateway: GatewayHandle, admin: AdminClient) -> None:
     # 8 choices: ~8 MB of SSE, more than loopback's send buffer (autotuned up to 4 MB) and the 4 KB
     # receive window can absorb, so the unread stream is provably still in flight at the check.
-    with _slow_reader(gateway.url) as c:
-        with c.stream("POST", "/v1/chat/completions", json={**_LONG_STREAM, "n": 8}) as r:
-            lines = _sse_lines(r)
+    with slow_reader(gateway.url) as c:
+        with c.stream("POST", "/v1/chat/completions", json={**LONG_STREAM, "n": 8}) as r:
+            lines = sse_lines(r)
             assert next(lines).startswith("data: ")
             time.sleep(0.3)
             assert admin.versions().versions[0].in_flight == 1
         # Leaving the block closes the connection mid-stream; the gateway cannot have finished
         # sending (we stopped reading), so the release below comes from the disconnect path.
-    _wait(lambda: admin.versions().versions[0].in_flight == 0, "in-flight released after disconnect", timeout=5.0)
+    wait_until(lambda: admin.versions().versions[0].in_flight == 0, "in-flight released after disconnect", timeout=5.0)
 
 
 # ---- hot swap under load -------------------------------------------------------------------------
@@ -416,7 +399,7 @@ def test_hot_swap_under_load_drops_nothing(
                 async with ac.stream("POST", "/v1/chat/completions", json=body) as r:
                     rec["status"] = r.status_code
                     await note_answered()
-                    events = _sse_events((await r.aread()).decode("utf-8").split("\n"))  # see _sse_lines
+                    events = sse_events((await r.aread()).decode("utf-8").split("\n"))  # see sse_lines
                 rec["ok"] = events[-1] == "[DONE]" and not any('"error"' in e for e in events)
                 rec["model"] = json.loads(events[0])["model"]
             else:
@@ -460,7 +443,7 @@ def test_hot_swap_under_load_drops_nothing(
         if o["prev_in_flight"] > 0:
             assert o["prev_state"] == "loaded" and o["prev_in_vllm"], o
     # Eventually both drained versions are unloaded, each only after its last request ended.
-    _wait(lambda: _vllm_models(vllm_server) == {"policy-v0", names[2]}, "old adapters unloaded")
+    wait_until(lambda: _vllm_models(vllm_server) == {"policy-v0", names[2]}, "old adapters unloaded", timeout=30)
     unloads = {h.version: h.at.timestamp() for h in admin.versions().history if h.action == "unload"}
     assert set(unloads) == {names[0], names[1]}
     for name, at in unloads.items():
@@ -471,28 +454,15 @@ def test_hot_swap_under_load_drops_nothing(
           f" prev in flight at flip={[o['prev_in_flight'] for o in observations]}")
 
 
-def _slow_reader(base_url: str) -> httpx.Client:
-    # A 4 KB receive window: while the test does not read, the gateway cannot finish sending a
-    # long stream (uvicorn pauses on a full socket), so "still in flight" does not depend on how
-    # fast vLLM generates on a busy machine.
-    transport = httpx.HTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)])
-    return httpx.Client(base_url=base_url, timeout=120, transport=transport)
-
-
-# ~1 MB of SSE (480 tokens x 20 top logprobs): far more than the socket buffers hold.
-_LONG_STREAM = {"model": "policy", "messages": CHAT, "max_tokens": 480, "stream": True, "ignore_eos": True,
-                "logprobs": True, "top_logprobs": 20}
-
-
 def test_drain_waits_for_long_stream_before_unload(
     gateway: GatewayHandle, admin: AdminClient, vllm_server: Any, looplift_new_adapter: Callable[[int], Path],
 ) -> None:
     v1 = admin.load(str(looplift_new_adapter(0))).name
     v2 = admin.load(str(looplift_new_adapter(1))).name
     admin.promote(v1)
-    with _slow_reader(gateway.url) as c:
-        with c.stream("POST", "/v1/chat/completions", json=_LONG_STREAM) as r:
-            lines = _sse_lines(r)
+    with slow_reader(gateway.url) as c:
+        with c.stream("POST", "/v1/chat/completions", json=LONG_STREAM) as r:
+            lines = sse_lines(r)
             first = next(line for line in lines if line.startswith("data: "))
             assert json.loads(first[6:])["model"] == v1
             swap = admin.promote(v2)
@@ -508,11 +478,11 @@ def test_drain_waits_for_long_stream_before_unload(
             if mid[v1].in_flight == 1:
                 assert mid[v1].state == "loaded" and v1 in in_vllm
             assert _chat(httpx.Client(base_url=gateway.url, timeout=60)).json()["model"] == v2  # new traffic: v2
-            rest = _sse_events(list(lines))
+            rest = sse_events(list(lines))
     assert rest[-1] == "[DONE]" and not any('"error"' in e for e in rest)
     assert {json.loads(e)["model"] for e in rest[:-1]} == {v1}  # the whole stream came from v1
     stream_done = time.time()
-    _wait(lambda: v1 not in _vllm_models(vllm_server), "v1 unloaded once its stream ended")
+    wait_until(lambda: v1 not in _vllm_models(vllm_server), "v1 unloaded once its stream ended", timeout=30)
     history = admin.versions().history
     assert history[-1].action == "unload" and history[-1].version == v1
     promoted_at = max(h.at.timestamp() for h in history if h.action == "promote" and h.version == v2)
@@ -548,15 +518,6 @@ def test_measure_gateway_overhead(client: httpx.Client, vllm_server: Any, admin:
           f"p50 direct {p50_d:.1f} ms, via gateway {p50_g:.1f} ms (overhead {p50_g - p50_d:.1f} ms); "
           f"load {load_ms:.1f} ms; promote round trip {promote_rtt_ms:.1f} ms, flip {swap.swap_ms:.3f} ms")
     assert p50_g - p50_d < 100, (p50_d, p50_g)
-
-
-def _wait(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for: {what}")
 
 
 def test_cli_admin_commands(gateway: GatewayHandle, looplift_new_adapter: Callable[[int], Path]) -> None:

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from _adapters import write_adapter
 from sdk.infra import ServerThread, start_server_thread
+from _wait import wait_until
 from server import AdminClient, GatewayHandle, GatewaySettings, start_gateway_in_thread
 
 ADMIN = "admin-token"
@@ -117,14 +118,6 @@ def v1(gateway: GatewayHandle, tmp_path: Path) -> str:
     return name
 
 
-def _wait(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.01)
-
-
 def _in_flight(gw: GatewayHandle, version: str) -> int:
     return gw.app.registry.in_flight().get(version, 0)
 
@@ -153,7 +146,7 @@ def test_stream_holds_its_version_until_the_last_byte(fake: tuple[FakeVLLM, Serv
             f.release_streams.set()
             rest = b"".join(chunks)
         assert rest.endswith(b"data: [DONE]\n\n") and f'"model": "{v1}"'.encode() in rest
-    _wait(lambda: f"unload {v1}" in f.calls, "the drained version is unloaded")
+    wait_until(lambda: f"unload {v1}" in f.calls, "the drained version is unloaded")
     assert _in_flight(gateway, v1) == 0
 
 
@@ -167,8 +160,8 @@ def test_client_disconnect_mid_stream_releases_the_lease_and_ends_the_upstream_s
             next(chunks)
             time.sleep(0.1)
             assert _in_flight(gateway, v1) == 1
-    _wait(lambda: _in_flight(gateway, v1) == 0, "in-flight released after the client left")
-    _wait(lambda: f.streams_closed == f.streams_open == 1, "the upstream stream was closed too")
+    wait_until(lambda: _in_flight(gateway, v1) == 0, "in-flight released after the client left")
+    wait_until(lambda: f.streams_closed == f.streams_open == 1, "the upstream stream was closed too")
     text = httpx.get(f"{gateway.url}/metrics").text
     assert 'status="client_closed"' in text
 

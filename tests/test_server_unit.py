@@ -221,24 +221,30 @@ def test_cli_start_with_missing_model_exits_1(tmp_path: Path, monkeypatch: pytes
     assert "does not exist" in res.output and "Traceback" not in res.output
 
 
-@pytest.mark.parametrize("args", [[], ["--model", "m", "--upstream", "http://127.0.0.1:9"]], ids=["neither", "both"])
-def test_cli_start_takes_a_model_or_an_upstream(args: list[str]) -> None:
+@pytest.mark.parametrize("args, message", [
+    ([], "give --model DIR (start vLLM here), --upstream URL"),
+    (["--upstream", "http://127.0.0.1:9", "--replicas", "2"], "--replicas starts local vLLMs: it needs --model DIR"),
+], ids=["neither", "replicas-without-model"])
+def test_cli_start_takes_a_model_or_upstreams(args: list[str], message: str) -> None:
     res = CliRunner().invoke(app, ["start", *args, "--port", "0"])
-    assert res.exit_code == 2 and "give exactly one of --model DIR" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
 
 
-def test_cli_start_upstream_serves_the_gateway_alone_and_stops_on_sigterm(tmp_path: Path) -> None:
-    """`server start --upstream URL` starts no vLLM: the gateway answers at once (503 on /health while that vLLM
-    does not), and SIGTERM stops it cleanly. (Over a real vLLM: tests/test_deploy.py.)"""
+@pytest.mark.parametrize("n", [1, 2], ids=["one-upstream", "two-upstreams"])
+def test_cli_start_upstream_serves_the_gateway_alone_and_stops_on_sigterm(tmp_path: Path, n: int) -> None:
+    """`server start --upstream URL [--upstream URL2]` starts no vLLM: the gateway answers at once (503 on /health
+    while no vLLM does; with two, both are listed), and SIGTERM stops it cleanly. (Over a real vLLM:
+    tests/test_deploy.py; over two real replicas: tests/test_replicas.py.)"""
     import selectors
     import signal
     import subprocess
     import sys
 
-    port, dead = free_port(), free_port()
+    port, dead = free_port(), [free_port() for _ in range(n)]
     env = {**os.environ, "LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_ADMIN_TOKEN": "t" * 32}
-    proc = subprocess.Popen([sys.executable, "-m", "server._cli", "start", "--upstream", f"http://127.0.0.1:{dead}/",
-                             "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    flags = [x for d in dead for x in ("--upstream", f"http://127.0.0.1:{d}/")]
+    proc = subprocess.Popen([sys.executable, "-m", "server._cli", "start", *flags, "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:  # wait for the "gateway at" line, 60 s at most
@@ -248,8 +254,12 @@ def test_cli_start_upstream_serves_the_gateway_alone_and_stops_on_sigterm(tmp_pa
                 line = proc.stdout.readline()
                 if not line:
                     break
-        assert "gateway at" in line and f"over http://127.0.0.1:{dead}" in line, line
+        assert "gateway at" in line and "over " + ", ".join(f"http://127.0.0.1:{d}" for d in dead) in line, line
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 503
+        listed = httpx.get(f"http://127.0.0.1:{port}/admin/replicas", headers={"Authorization": "Bearer " + "t" * 32},
+                           timeout=5).json()
+        assert [r["url"] for r in listed] == [f"http://127.0.0.1:{d}" for d in dead]
+        assert not any(r["healthy"] for r in listed)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
