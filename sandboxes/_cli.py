@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -39,15 +40,21 @@ def _fail(message: str, code: int) -> None:
 
 @app.command("build-image")
 def build_image_cmd(
-    tag: str = typer.Option(_defaults.IMAGE, "--tag", help="Image tag to build."),
+    tag: Optional[str] = typer.Option(None, "--tag", help=f"Image tag to build (default {_defaults.IMAGE}, with --3d "
+                                                 f"{_defaults.IMAGE_3D})."),
+    three_d: bool = typer.Option(False, "--3d", help="Build the 3D image: the base image plus Blender as the `bpy` "
+                                                    "module (the modeling task family runs in it; ~1.2 GB)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the tag exists."),
-    pull: bool = typer.Option(True, "--pull/--no-pull", help=f"Try `docker pull {_defaults.PULL_IMAGE}` first."),
+    pull: bool = typer.Option(True, "--pull/--no-pull", help=f"Try `docker pull {_defaults.PULL_IMAGE}` first "
+                                                             "(base image only)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of progress."),
 ) -> None:
     """Build the sandbox image offline (debootstrap) unless it exists."""
     progress = None if as_json else (lambda line: _err.print(Text(line, style="dim")))
+    flavor = "3d" if three_d else "base"
+    tag = tag or (_defaults.IMAGE_3D if three_d else _defaults.IMAGE)
     try:
-        how = build_image(tag, force=force, progress=progress, pull=pull)
+        how = build_image(tag, flavor=flavor, force=force, progress=progress, pull=pull)
     except SandboxError as e:
         _fail(str(e), 1)
     if as_json:

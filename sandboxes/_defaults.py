@@ -8,6 +8,17 @@ from __future__ import annotations
 
 #: Image tag the Docker backend runs; `build_image` makes it offline when it is missing.
 IMAGE = "looplift-sandbox:py311"
+#: The 3D sandbox image (the base image plus Blender as the `bpy` module); `build_image(flavor="3d")` makes it.
+IMAGE_3D = "looplift-sandbox-3d:py311"
+#: Debian packages the `bpy` wheel's shared libraries need beyond a minbase system (X11 client libraries and
+#: libGL are linked at import time even though nothing is displayed or rendered).
+IMAGE_3D_PACKAGES = ("libx11-6", "libxrender1", "libxfixes3", "libxi6", "libxkbcommon0", "libxext6", "libxt6",
+                     "libsm6", "libice6", "libbsd0", "libgl1")
+#: Wheels installed into the 3D image's python3 (from the package index, at build time only; no deps are
+#: resolved: bpy imports numpy and nothing else of its declared requirements).
+IMAGE_3D_WHEELS = ("bpy==4.5.15", "numpy==1.26.4")
+#: Platform tags those wheels may have (the image's glibc is Debian bookworm's 2.36).
+IMAGE_3D_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 #: Memory a sandbox may use, in MiB (Docker: cgroup limit without swap; local: RLIMIT_AS).
 MEMORY_MB = 256
 #: Most processes/threads alive at once inside a Docker sandbox (cgroup pids limit).

@@ -1,0 +1,381 @@
+"""The modeling family: generator, step rules, mesh checks (no Docker), then Blender in the 3D image.
+
+The Docker cases need the 3D sandbox image (`looplift sandbox build-image --3d`); without it they are
+skipped with the reason, except under CI, where they fail (as in tests/_backends.py). The policy figures
+run on a handful of held-out tasks; the whole held-out table is `bench/modeling.py`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+import struct
+
+import numpy as np
+import pytest
+
+import sdk
+from sandboxes import choose_backend, env_families
+from sandboxes._modeling import CONFIG, KINDS, ModelingEnv, family, make_part, tasks
+from sandboxes._modeling._blender import run_step, trusted_export
+from sandboxes._modeling._env import code_of_action, code_of_call
+from sandboxes._modeling._mesh import MeshError, Spec, check_model, first_break, load_ply
+from sandboxes._modeling._policies import POLICIES
+from sandboxes._modeling._rules import refusal
+from sandboxes._modeling._tasks import task
+
+trimesh = pytest.importorskip("trimesh")
+
+# -- generator and splits ---------------------------------------------------------------------------------
+
+
+def test_catalogue_size_levels_and_fixed_held_out_split() -> None:
+    held, train = tasks("held_out"), tasks("train")
+    assert len(held) + len(train) >= 150 and len(held) == 4 * len(KINDS)
+    assert {t.id for t in held}.isdisjoint({t.id for t in train})
+    assert {t.id for t in tasks("held_out", None, 7)} == {t.id for t in held}  # membership ignores the seed
+    assert {t.data["slice"] for t in held} == {"primitive", "feature", "part"}
+    first = tasks("held_out", 5, 3)
+    assert len({t.data["kind"] for t in first}) == 5  # kinds interleaved: a handful covers a handful of kinds
+    assert len(tasks("train", 400)) == 400  # the training generator is unbounded
+
+
+def test_generation_is_deterministic_by_seed() -> None:
+    assert task("flange", 3) == task("flange", 3)
+    assert task("flange", 3).prompt != task("flange", 4).prompt
+
+
+_OPERATION = re.compile(r"bpy\.ops\.\w+\.\w+\(|modifiers\.new\(|bmesh\.ops\.\w+\(|hide_set\(|\.transform\(")
+
+
+def test_parts_need_at_least_five_dependent_operations() -> None:
+    for kind in KINDS:
+        part = make_part(kind, 0)
+        ops = sum(len(_OPERATION.findall(step)) for step in part.oracle)
+        assert ops >= {"primitive": 1, "feature": 2, "part": 5}[part.level], (kind, ops)
+
+
+def test_every_kind_differs_from_its_bounding_box() -> None:
+    for kind in KINDS:
+        spec = make_part(kind, 1).spec
+        lo, hi = spec["bounds"]
+        box = math.prod(h - v for v, h in zip(lo, hi))
+        assert abs(box - spec["volume"]) > spec["volume_tol"] or spec["bodies"] > 1 or spec["through_holes"], kind
+
+
+# -- the step rules -----------------------------------------------------------------------------------------
+
+
+def test_the_oracle_code_of_every_kind_is_allowed() -> None:
+    for kind in KINDS:
+        for step in make_part(kind, 2).oracle:
+            assert refusal(step) is None, (kind, step)
+
+
+@pytest.mark.parametrize("code, says", [
+    ("open('/work/x.stl', 'w')", "`open` is not allowed"),
+    ("import os", "`import os` is not allowed"),
+    ("from pathlib import Path", "not allowed"),
+    ("bpy.ops.wm.stl_import(filepath='a.stl')", "importing or linking geometry is not allowed"),
+    ("bpy.ops.wm.quit_blender()", "`bpy.ops.wm` is not allowed"),
+    ("bpy.ops.import_mesh.stl('a.stl')", "`.import_mesh` loads or runs files"),
+    ("ops = bpy.ops\nops.wm.open_mainfile(filepath='x')", "bpy.ops on its own"),
+    ("with bpy.data.libraries.load('x.blend') as (a, b):\n    pass", "loads or runs files"),
+    ("getattr(bpy.ops, 'wm')", "`getattr` is not allowed"),
+    ("().__class__.__base__", "attributes starting with '_'"),
+    ("tree.nodes.new('GeometryNodeImportSTL')", "reads geometry from a file"),
+    ("bpy.data.objects['A'].modifiers.new('c', 'MESH_CACHE')", "reads geometry from a file"),
+    ("bpy.data.texts.new('t').as_module()", "loads or runs files"),
+    ("bpy.ops.object.empty_image_add(filepath='/tmp/x.png')", "the argument `filepath=` names a file"),
+    ("def f(:\n  pass", "syntax error on line 1"),
+])
+def test_refused_code_says_why(code: str, says: str) -> None:
+    why = refusal(code)
+    assert why is not None and says in why
+
+
+# -- the mesh checks (trimesh on the host) --------------------------------------------------------------
+
+
+def _ply(vertices: np.ndarray, faces: np.ndarray, *, count_ok: bool = True) -> bytes:
+    header = (f"ply\nformat binary_little_endian 1.0\nelement vertex {len(vertices)}\nproperty float x\n"
+              f"property float y\nproperty float z\nelement face {len(faces) + (0 if count_ok else 1)}\n"
+              "property list uchar int vertex_indices\nend_header\n").encode()
+    rec = np.zeros(len(faces), dtype=[("n", "u1"), ("v", "<i4", (3,))])
+    rec["n"], rec["v"] = 3, faces
+    return header + np.asarray(vertices, "<f4").tobytes() + rec.tobytes()
+
+
+def _plate_spec(**over: object) -> Spec:
+    data = {"bounds": [[-30, -20, 0], [30, 20, 5]], "bounds_tol": 0.12, "volume": 12000.0, "volume_tol": 36.0,
+            "bodies": 1, "through_holes": 0, "probes": [{"point": [0, 0, 2.5], "inside": True, "what": "center"}]}
+    return Spec.from_data({**data, **over})
+
+
+def _box(size: tuple[float, float, float], at: tuple[float, float, float]) -> object:
+    return trimesh.creation.box(size, transform=trimesh.transformations.translation_matrix(at))
+
+
+def _by_name(checks: list) -> dict:  # type: ignore[type-arg]
+    return {c.name: c for c in checks}
+
+
+def test_a_correct_model_passes_every_check() -> None:
+    mesh = load_ply(_ply(_box((60, 40, 5), (0, 0, 2.5)).vertices, _box((60, 40, 5), (0, 0, 2.5)).faces))
+    checks = check_model(mesh, _plate_spec())
+    assert all(c.passed for c in checks), [c.detail for c in checks if not c.passed]
+
+
+def test_feedback_for_a_mesh_with_a_hole() -> None:
+    box = _box((60, 40, 5), (0, 0, 2.5))
+    mesh = load_ply(_ply(box.vertices, box.faces[2:]))  # two triangles (one side) missing
+    c = _by_name(check_model(mesh, _plate_spec()))
+    assert not c["watertight"].passed
+    assert re.search(r"not watertight: 4 open edges in 1 hole in the surface \(around \(-?[\d.]+, -?[\d.]+, "
+                     r"-?[\d.]+\), [\d.]+ across\)", c["watertight"].detail), c["watertight"].detail
+    assert c["volume"].detail == "volume: not measurable, the surface is not closed" and not c["volume"].passed
+
+
+def test_feedback_for_wrong_dimensions_and_wrong_counts() -> None:
+    short = _box((50, 40, 5), (0, 0, 2.5))
+    c = _by_name(check_model(load_ply(_ply(short.vertices, short.faces)), _plate_spec()))
+    assert not c["x"].passed and c["y"].passed and c["z"].passed
+    assert c["x"].detail == "x from -25.00 to 25.00 (size 50.00); expected -30.00 to 30.00 (size 60.00) ± 0.12"
+    assert "volume 10,000.0, expected 12,000.0 ± 36.0" in c["volume"].detail
+    two = trimesh.util.concatenate([_box((20, 40, 5), (-20, 0, 2.5)), _box((20, 40, 5), (20, 0, 2.5))])
+    c = _by_name(check_model(load_ply(_ply(two.vertices, two.faces)), _plate_spec(bodies=3)))
+    assert c["bodies"].detail == "2 separate bodies, expected 3"
+    ring = trimesh.creation.annulus(r_min=3, r_max=8, height=5, sections=64)
+    c = _by_name(check_model(load_ply(_ply(ring.vertices, ring.faces)), _plate_spec(through_holes=4)))
+    assert c["through_holes"].detail == "1 through-hole (handles), expected 4"
+    assert not c["probe:center"].passed and "empty space at (0.00, 0.00, 2.50), expected material" in c["probe:center"].detail
+
+
+@pytest.mark.parametrize("mutate, says", [
+    (lambda b: b"ply\nformat ascii 1.0\n" + b[30:], "header does not match"),
+    (lambda b: b[:-5], "truncated or padded"),
+    (lambda b: b.replace(b"element vertex 8", b"element vertex 999999999"), "too large"),
+])
+def test_malformed_exports_are_refused_before_trimesh_sees_them(mutate, says: str) -> None:  # noqa: ANN001
+    box = _box((2, 2, 2), (0, 0, 1))
+    with pytest.raises(MeshError, match=says):
+        load_ply(mutate(_ply(box.vertices, box.faces)))
+
+
+def test_out_of_range_indices_and_nan_coordinates_are_refused() -> None:
+    box = _box((2, 2, 2), (0, 0, 1))
+    bad = np.array(box.faces)
+    bad[0, 0] = 99
+    with pytest.raises(MeshError, match="malformed"):
+        load_ply(_ply(box.vertices, bad))
+    verts = np.array(box.vertices)
+    verts[0, 0] = np.nan
+    with pytest.raises(MeshError, match="NaN"):
+        load_ply(_ply(verts, box.faces))
+    assert struct.calcsize("<f") == 4 and io  # the PLY layout the driver writes
+
+
+def test_first_break_names_the_step_after_which_a_check_stopped_passing() -> None:
+    history = [(1, {"watertight": False}), (2, {"watertight": True}), (3, None), (4, {"watertight": False}),
+               (5, {"watertight": False})]
+    assert first_break(history, "watertight") == (2, 4)
+    assert first_break(history[:3], "watertight") is None
+    assert first_break([(1, {"x": False})], "x") is None
+
+
+def test_actions_parse_as_the_environment_documents() -> None:
+    code = code_of_action("Making the plate:\n```python\nprint(1)\n```\nand\n```py\nprint(2)\n```")
+    assert code is not None and code.split() == ["print(1)", "print(2)"]
+    assert code_of_action("DONE") is None and code_of_action("```bash\nls\n```") is None
+    call = sdk.ToolCall(id="c", function=sdk.ToolCallFunction(name="blender", arguments=json.dumps({"code": "x = 1"})))
+    assert code_of_call(call) == ("x = 1", None)
+    bad = sdk.ToolCall(id="c", function=sdk.ToolCallFunction(name="blender", arguments="{"))
+    assert code_of_call(bad)[0] is None and "not JSON" in (code_of_call(bad)[1] or "")
+
+
+def test_the_registry_lists_the_family_and_loading_it_starts_nothing() -> None:
+    fam = env_families()["modeling"]()
+    try:
+        assert fam.name == "modeling" and {"oracle", "noop"} <= set(fam.policies) and len(fam.cheats()) >= 5
+        assert fam.suite("held_out", 3).tasks[0].data["slice"] in ("primitive", "feature", "part")
+    finally:
+        assert fam.close is not None
+        fam.close()  # nothing was started, nothing to stop
+
+
+def test_a_backend_without_blender_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from looplift._cli import app
+
+    monkeypatch.delenv("LOOPLIFT_BPY_PYTHON", raising=False)
+    with pytest.raises(ValueError, match="unknown sandbox backend 'k8s'; use docker or local"):
+        family(backend="k8s")
+    res = CliRunner().invoke(app, ["env", "try", "modeling", "--sandbox", "local", "--episodes", "1", "--json"],
+                             env={"LOOPLIFT_SANDBOX": None, "LOOPLIFT_SANDBOX_POOL": None, "LOOPLIFT_BPY_PYTHON": None})
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "cannot load the modeling family: ValueError: the modeling family runs Blender in the 3D Docker image; " \
+           "for the local backend set $LOOPLIFT_BPY_PYTHON" in res.output
+
+
+# -- Blender in the 3D image ------------------------------------------------------------------------------
+
+_CHOICE = choose_backend(None, CONFIG.image)
+_REASON = None if _CHOICE.backend == "docker" else _CHOICE.reason
+if _REASON is not None and os.environ.get("CI"):
+    docker3d = pytest.mark.usefixtures("fail_without_3d_image")
+else:
+    docker3d = pytest.mark.skipif(_REASON is not None, reason=f"no 3D Docker sandbox: {_REASON}")
+
+
+@pytest.fixture
+def fail_without_3d_image() -> None:
+    pytest.fail(f"CI is set but the 3D sandbox image does not answer ({_REASON}): scripts/setup_docker.sh builds it")
+
+
+@pytest.fixture(scope="module")
+def fam() -> object:
+    f = family(backend="docker", pool_size=2)
+    yield f
+    assert f.close is not None
+    f.close()
+
+
+def _run(fam: sdk.EnvFamily, sample: list[sdk.Task], policy: str) -> list[sdk.Trajectory]:
+    return sdk.run(sample, fam.env_factory, verifier=fam.verifier, budget=fam.budget, policy=fam.policies[policy],
+                   concurrency=2, system_prompt=fam.system_prompt)
+
+
+@docker3d
+def test_oracle_solves_a_sample_of_the_held_out_split(fam: sdk.EnvFamily) -> None:
+    sample = tasks("held_out", 3, 5)  # a sphere, a row of cubes, a flange: one of each level (bench/modeling.py: all 68)
+    assert {t.data["slice"] for t in sample} == {"primitive", "feature", "part"}
+    trajs = _run(fam, sample, "oracle")
+    assert [t.outcome.details["failed"] for t in trajs if t.outcome and not t.outcome.success] == []
+    assert all(t.end_reason == "done" and t.outcome and t.outcome.reward == 1.0 for t in trajs)
+    assert all(len(t.steps) == len(make_part(t.task_id.split("-")[1], int(t.task_id[-3:])).oracle) for t in trajs)
+
+
+@docker3d
+def test_noop_scores_zero(fam: sdk.EnvFamily) -> None:
+    trajs = _run(fam, tasks("held_out", 2, 2), "noop")
+    assert all(t.outcome and t.outcome.reward == 0.0 and not t.outcome.success for t in trajs)
+    assert trajs[0].outcome.details["failed"][0] == "the model is empty: no visible object has any faces"
+
+
+@docker3d
+@pytest.mark.parametrize("cheat", sorted(p for p in POLICIES if p.startswith("cheat-")))
+def test_every_cheat_scores_zero(fam: sdk.EnvFamily, cheat: str) -> None:
+    sample = [task("hole_grid", 0), task("cylinder", 1)]
+    trajs = _run(fam, sample, cheat)
+    assert [(t.task_id, t.outcome.reward, t.outcome.error) for t in trajs if t.outcome] == \
+        [(t.id, 0.0, None) for t in sample]
+    if cheat == "cheat-import-file":
+        assert trajs[0].outcome.details["steps_refused"] == [1, 2, 3]
+    if cheat == "cheat-oversize":
+        assert "too large to check" in trajs[0].outcome.details["failed"][0]
+
+
+def _env_steps(fam: sdk.EnvFamily, t: sdk.Task, codes: list[str]) -> list[sdk.StepResult]:
+    env = fam.env_factory()
+    try:
+        env.reset(t)
+        return [env.step(f"```python\n{code}\n```") for code in codes]
+    finally:
+        env.close()
+
+
+@docker3d
+def test_feedback_localizes_planted_errors(fam: sdk.EnvFamily) -> None:
+    t = task("plate_hole", 0)
+    oracle = make_part("plate_hole", 0).oracle
+    lo, hi = t.data["spec"]["bounds"]
+    width = hi[0] - lo[0]
+    results = _env_steps(fam, t, [
+        oracle[0].replace(f"obj.scale = ({width:g},", f"obj.scale = ({width - 10:g},"),   # 1: too narrow
+        f"obj = bpy.data.objects['Plate']\nobj.scale.x = {width / (width - 10)!r}\n"
+        "bpy.ops.object.transform_apply(location=False, rotation=False, scale=True)",      # 2: fixed
+        oracle[1] + oracle[2],                                                             # 3: the hole
+        "import bmesh\nme = bpy.data.objects['Plate'].data\nbm = bmesh.new()\nbm.from_mesh(me)\n"
+        "bm.faces.ensure_lookup_table()\nbmesh.ops.delete(bm, geom=[bm.faces[0]], context='FACES_ONLY')\n"
+        "bm.to_mesh(me)",                                                                  # 4: a hole in the mesh
+        "raise ValueError('planted')",                                                     # 5: rolled back
+        "import os",                                                                       # 6: refused
+    ])
+    first, fixed, drilled, broken, raised, refused = (r.observation for r in results)
+    assert f"FAIL x from {lo[0] + 5:.2f} to {hi[0] - 5:.2f} (size {width - 10:.2f}); expected {lo[0]:.2f}" in first
+    assert "FAIL x" not in fixed and results[1].reward > results[0].reward
+    assert "FAIL" not in drilled and drilled.endswith("All checks pass: the model meets the instruction. The episode ends.")
+    assert re.search(r"FAIL not watertight: \d+ open edges in 1 hole in the surface \(around", broken), broken
+    assert re.search(r'"watertight", .* passed after step 3 and fail since step 4 \(this step\): import bmesh', broken)
+    assert re.search(r"object 'Plate': its own mesh \(before any modifier\) has \d+ open or non-manifold edges", broken)
+    assert "rolled back" in raised and "ValueError: planted" in raised and re.search(r'"watertight", .* passed after step 3', raised)
+    assert refused.startswith("Step 6: refused, not run (line 1: `import os` is not allowed")
+    assert results[2].done and results[2].reward == 1.0 and results[3].reward < 1.0
+
+
+@docker3d
+def test_feedback_names_the_modifier_that_opened_the_mesh_and_a_wrong_count(fam: sdk.EnvFamily) -> None:
+    t = task("hole_grid", 0)
+    oracle = make_part("hole_grid", 0).oracle
+    nx = int(re.search(r"m.count = (\d+)", oracle[2]).group(1))  # type: ignore[union-attr]
+    results = _env_steps(fam, t, [
+        oracle[0], oracle[1], oracle[2].replace(f"m.count = {nx}", f"m.count = {nx - 1}"), oracle[3], oracle[4],
+        "bpy.ops.mesh.primitive_plane_add(size=200, location=(0, 0, 1))\nbpy.context.active_object.name = 'Sheet'\n"
+        "m = bpy.data.objects['Plate'].modifiers.new('Slice', 'BOOLEAN')\nm.solver = 'FAST'\nm.object = bpy.data.objects['Sheet']\n"
+        "bpy.data.objects['Sheet'].hide_set(True)",
+    ])
+    counted, sliced = results[4].observation, results[5].observation
+    holes = t.data["spec"]["through_holes"]
+    assert f"FAIL {holes - holes // nx} through-holes (handles), expected {holes}" in counted
+    assert re.search(r"object 'Plate': its mesh is closed before modifier 'Slice' and has \d+ open or non-manifold "
+                     "edges after it", sliced), sliced
+    assert re.search(r'"watertight", .* passed after step 5 and fail since step 6 \(this step\): bpy.ops.mesh.primitive_plane_add',
+                     sliced), sliced
+
+
+@docker3d
+def test_the_export_ignores_what_the_agent_planted(fam: sdk.EnvFamily) -> None:
+    """Files a step could write if the rules missed it (a Blender startup script and userpref, a sitecustomize,
+    a fake report) never reach the trusted export: Blender's user directories point nowhere, python runs isolated."""
+    env: ModelingEnv = fam.env_factory()
+    t = task("cylinder", 0)
+    try:
+        env.reset(t)
+        sb = env._lease.sandbox  # noqa: SLF001 - the test plants files as an escaped step would
+        assert sb is not None
+        assert run_step(sb, make_part("cylinder", 0).oracle[0], 1, python="python3", timeout=60).ok
+        planted = ("import bpy, os\nopen('/work/PLANTED', 'w').write('ran')\n"
+                   "bpy.app.handlers.load_post.append(lambda *a: bpy.ops.mesh.primitive_cube_add(size=500))\n")
+        for path in (".config/blender/4.5/scripts/startup/evil.py", "sitecustomize.py", "usercustomize.py",
+                     "bpy_extras.py"):
+            sb.write_file(path, planted)
+        sb.write_file("export-fake/model.ply", b"ply\n")
+        export = trusted_export(sb, python="python3", timeout=60)
+        assert export.problem is None and export.report["model_parts"] == ["Cylinder"]
+        with pytest.raises(Exception, match="PLANTED"):
+            sb.read_file("PLANTED")
+        assert all(c.passed for c in check_model(export.mesh, Spec.from_data(t.data["spec"])))
+    finally:
+        env.close()
+
+
+def test_an_unknown_image_flavor_is_refused_before_any_engine_call() -> None:
+    from sandboxes import build_image
+
+    with pytest.raises(ValueError, match="unknown image flavor 'vr'; use one of: base, 3d"):
+        build_image(flavor="vr")
+
+
+@docker3d
+def test_build_image_3d_flag_names_the_3d_image() -> None:
+    from typer.testing import CliRunner
+
+    from sandboxes._cli import app
+
+    res = CliRunner().invoke(app, ["build-image", "--3d", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"tag": CONFIG.image, "how": "exists"}
