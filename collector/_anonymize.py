@@ -5,12 +5,13 @@ Runs on every ingest (`Store.add_trajectories`, `Store.add_feedback`) and behind
 
 - rules (`_pii_scan` runs the table in `_pii_detectors`; one hyperscan pass decides which can
   match): e-mail, phone (international, E.164, NANP, national formats with and without a trunk 0,
-  extensions, any grouping when introduced as a phone number), IPv4/IPv6, payment cards (12-19
+  extensions, 9-10 bare digits, 2-5 groups of digits as numbers are written across Europe and the
+  Americas even without a phone word, any grouping when introduced as one), IPv4/IPv6, payment cards (12-19
   digits, issuer ranges, Luhn), IBAN (mod-97), US SSN (SSA rules; unformatted only when called an
   SSN), dates of birth next to "born", "DOB", "date of birth" and their French/German/Spanish/
   Italian/Dutch equivalents, `user:password@` in URLs, API keys and tokens (known prefixes, JWTs,
   PEM private keys) and the values of key-like names (`api_key=`, `"client_secret":`,
-  `password:`, `Bearer ...`, `mysql -p'...'`). Every context rule (`_pii_context`) matches whole
+  `password:`, `Bearer ...`, `mysql -p'...'`, "my password is ..."). Every context rule (`_pii_context`) matches whole
   words: "server 10.2.3.4" is an address, "version 10.2.3.4" is not;
 - a token classifier for person names and street addresses (`_names`): logistic regression over
   word features and gazetteers, trained on generated text the first time it is needed.

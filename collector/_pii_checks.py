@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from datetime import date
 
 _NON_DIGITS = re.compile(r"[^0-9]+")
@@ -100,8 +101,8 @@ _MONTHS = {
 def parse_date(s: str) -> tuple[int, int, int] | None:
     """(year, month, day) if `s` is a calendar date, trying day-first and month-first orders."""
     low = s.lower()
-    nums = [int(x) for x in re.findall(r"\d+", low)]
-    word = re.search(r"[a-zäéû]+", re.sub(r"\d+(?:st|nd|rd|th)", "", low).replace("of", ""))
+    nums = [int(x) for x in _NUMS.findall(low)]
+    word = _WORD.search(_ORDINAL.sub("", low).replace("of", ""))
     cands: list[tuple[int, int, int]] = []
     if word:
         mon = _MONTHS.get(word.group(0))
@@ -111,20 +112,28 @@ def parse_date(s: str) -> tuple[int, int, int] | None:
         cands.append((year, mon, day))
     elif len(nums) == 3:
         a, b, c = nums
-        if re.match(r"\d{4}", s):
+        if _YEAR_FIRST.match(s):
             cands.append((a, b, c))
         else:
             year = c + (1900 if c >= 30 else 2000) if c < 100 else c
             cands += [(year, b, a), (year, a, b)]
-    today = date.today()
     for y, mo, d in cands:
         try:
             dt = date(y, mo, d)
         except ValueError:
             continue
-        if date(1900, 1, 1) <= dt <= today:
+        # Years before the one this process started in are in the past without asking the clock.
+        if _FIRST_DAY <= dt and (y < _START_YEAR or dt <= date.today()):
             return y, mo, d
     return None
+
+
+_NUMS = re.compile(r"\d+")
+_WORD = re.compile(r"[a-zäéû]+")
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")
+_YEAR_FIRST = re.compile(r"\d{4}")
+_FIRST_DAY = date(1900, 1, 1)
+_START_YEAR = date.today().year
 
 
 
@@ -136,11 +145,8 @@ _PLACEHOLDER_VALUES = {"none", "null", "true", "false", "undefined", "nil", "emp
 
 
 def shannon_entropy(s: str) -> float:
-    counts: dict[str, int] = {}
-    for ch in s:
-        counts[ch] = counts.get(ch, 0) + 1
     n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
+    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())  # Counter counts in C
 
 
 def _char_classes(s: str) -> int:

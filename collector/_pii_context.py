@@ -17,6 +17,7 @@ with a secret word (`_pii_detectors`); the negative rules never match inside a w
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 # Identifier-aware word boundaries, usable inside case-insensitive patterns too ((?-i:...)).
 # Left: no letter before, or a lowercase letter/digit before an uppercase one (camelCase).
@@ -33,9 +34,10 @@ def word_pattern(words: str, flags: int = re.IGNORECASE) -> re.Pattern[str]:
 _IDENT_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
 
 
-def ident_words(ident: str) -> list[str]:
+@lru_cache(maxsize=4096)  # keys and identifiers repeat across texts
+def ident_words(ident: str) -> tuple[str, ...]:
     """`userId` -> [user, id]; `HTTPServer_v2` -> [http, server, v, 2]; `max-tokens` -> [max, tokens]."""
-    return [w.lower() for w in _IDENT_WORD.findall(ident)]
+    return tuple(w.lower() for w in _IDENT_WORD.findall(ident))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +78,10 @@ _ID_WORDS = frozenset(
 VERSION_WORDS = frozenset({"v", "v.", "ver", "ver.", "version", "versions", "release", "rel", "rel."})
 _OP_AFTER = re.compile(r"\s*(?:[+*%^]|-\s|==|!=|<=|>=)")
 _CLOSE_AFTER = re.compile(r"\s*[)\]]")
-_LIST_ITEM = re.compile(r"\s*,")
+# A number in a list of numbers (`[4155552671, 4155552672]`), not a field of a CSV row of mixed values.
+_LIST_ITEM = re.compile(r"\s*,\s*[-+(]?[0-9]")
+_LIST_BEFORE = re.compile(r"[0-9)]\s*,\s*$")
+_FIELD_SEPARATORS = frozenset("|;,\t")
 _DIV_AFTER = re.compile(r"\s*/")
 
 
@@ -92,6 +97,7 @@ def last_word(before: str) -> str:
     return w or (parts[-2].lower().rstrip(":=\"'(") if len(parts) > 1 else "")
 
 
+@lru_cache(maxsize=4096)  # keys and identifiers repeat across texts
 def id_like(ident: str) -> bool:
     """Does the identifier name an id, a count or a measurement (`user_id`, `orderNo`, `max_len`)?"""
     words = ident_words(ident)
@@ -125,8 +131,14 @@ def context(text: str, start: int, end: int, positive: re.Pattern[str], strict: 
             or _OP_AFTER.match(text, end):
         return -1
     if strict and (last in ("(", "[", "/") or _CLOSE_AFTER.match(text, end) or _DIV_AFTER.match(text, end)
-                   or (last == "," and _LIST_ITEM.match(text, end))):
+                   or (last == "," and (_LIST_ITEM.match(text, end) or _LIST_BEFORE.search(before)))):
         return -1
+    # A field of a record whose label is further back on the line: "Contact: Aleks Lepmets | 0167.3644".
+    if last in _FIELD_SEPARATORS:
+        far = max(0, start - 64)
+        nl = text.rfind("\n", far, start)
+        if positive.search(text, far if nl == -1 else nl + 1, start):
+            return 1
     return 0
 
 
@@ -155,18 +167,21 @@ _NOT_SECRET_KEY = re.compile(
 )
 
 
+@lru_cache(maxsize=4096)  # keys and identifiers repeat across texts
 def not_secret_key(key: str) -> bool:
     """`max_tokens`, `password_policy`, `is_secret`, `keyName`: a key about a secret, not holding one.
     Matched on the key's words (`redis_password` is not `is_` + `password`)."""
     return _NOT_SECRET_KEY.search("_".join(ident_words(key))) is not None
 
 
+@lru_cache(maxsize=4096)  # keys and identifiers repeat across texts
 def password_key(key: str) -> bool:
     """Does the key name a password (`db_pass`, `dbPassword`, `rootpassword`, `pwd`), not `bypass_token`?"""
     return any(w.startswith(("pass", "pwd")) or w.endswith(("password", "passwd", "passphrase"))
                for w in ident_words(key))
 
 
+@lru_cache(maxsize=4096)  # keys and identifiers repeat across texts
 def secret_key(key: str) -> bool:
     """Does the key name a secret (`client_secret`, `secretKey`, `appsecret`)? Its value may hold any
     characters, like a password's, but must not read as words (`"my-app-secret"`)."""

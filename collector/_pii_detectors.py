@@ -90,7 +90,11 @@ _DATE_PREFIX = re.compile(r"\(?\d{1,2}([./-])\d{1,2}\1\d{2,4}")
 _SEQUENTIAL = ("0123456789", "1234567890", "9876543210", "0987654321")
 
 
-_BARE_PHONE = re.compile(r"0[1-9][0-9]{7,10}|[2-9][0-9]{2}[2-9][0-9]{6}")
+# Without context: a trunk 0 (9-12 digits: 0508899579), or 9-10 digits not starting with 0 or 1
+# (NANP 8209679701, IT mobiles 3711766726, GR 2101825968, ES/PT/PL/CZ 957275130), or an Italian
+# mobile of 11. Epoch seconds start with 1, so they stay; 8 digits (DK/NO) need a phone word:
+# bare, they are dates (20240115) and ids as often as phones.
+_BARE_PHONE = re.compile(r"0[1-9][0-9]{7,10}|[2-9][0-9]{8,9}|3[0-9]{10}")
 
 
 def _phone_bare(text: str, m: re.Match[str]) -> str | None:
@@ -117,6 +121,33 @@ def _phone_grouped(text: str, m: re.Match[str]) -> str | None:
     if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
         return None
     return _digits(m.group(0))
+
+
+_YEAR = re.compile(r"(?:19|20)[0-9]{2}")
+_SHAPED_SEP = re.compile(r"[^0-9]+")
+_ISO_DATE = re.compile(r"(?:19|20)[0-9]{2}([-/ ])[01]?[0-9]\1[0-3]?[0-9]")
+
+
+def _phone_shaped(text: str, m: re.Match[str]) -> str | None:
+    """Groups of digits the way numbers are written across Europe and the Americas, without a phone
+    word: `63 822 392`, `8437-4387`, `5863-183-936`, `(3421)-4517`, `+(370) 95896935`, `92 3464-6869`,
+    `06/ 981 98 46`. 8-13 digits; not a date, a year range, an amount (a unit or currency next to it)
+    or an id/operand (`context`)."""
+    s = m.group(0)
+    digits = _digits(s)
+    if not 8 <= len(digits) <= 13 or len(set(digits)) <= 2 or any(q in digits for q in _SEQUENTIAL):
+        return None
+    groups = _SHAPED_SEP.split(s.strip("(+)"))
+    if len(groups) == 2 and (all(_YEAR.fullmatch(g) for g in groups)  # 2019-2024, 1990 2000
+                             or (min(map(len, groups)) < 4 and "(" not in s)):  # a Brazilian CEP: 62226-290
+        return None
+    if _DATE_PREFIX.match(s) or _ISO_DATE.match(s):
+        return None
+    if _UNIT_AFTER.match(text, m.end()) or text[max(0, m.start() - 2):m.start()].strip() in ("$", "€", "£"):
+        return None
+    if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
+        return None
+    return ("+" if s.startswith(("+", "(+")) else "") + digits
 
 
 def _phone_announced(text: str, m: re.Match[str]) -> str | None:
@@ -198,7 +229,28 @@ def _ssn(text: str, m: re.Match[str]) -> str | None:
 
 
 
-_MONTH_RE = "|".join(sorted((re.escape(m) for m in _MONTHS), key=len, reverse=True))
+def _trie_regex(words: Iterable[str]) -> str:
+    """An alternation of `words` as a prefix tree: `jan(?:uar(?:y|i)?|vier)?` instead of 75
+    branches tried one by one at every letter of the text (the month names made DOB the slowest
+    detector). Longer words are preferred, like a longest-first alternation."""
+    trie: dict[str, dict] = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, dict]) -> str:
+        alts = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return "(?:" + body + ")?" if "" in node else body
+
+    return build(trie)
+
+
+_MONTH_RE = _trie_regex(_MONTHS)
 _DATE = (
     r"(?P<date>\d{4}[-/.]\d{1,2}[-/.]\d{1,2}"
     r"|\d{1,2}[-/.]\d{1,2}[-/.](?:\d{4}|\d{2})"
@@ -230,19 +282,17 @@ _DOB_TRIGGERS = ("born", "dob", "d.o", "do.b", "birth", "geburt", "geboren", "na
                  "nascid")
 
 
+# All of them in one pass (leftmost-longest is not needed: any occurrence opens a window).
+_DOB_TRIGGER_RE = re.compile("|".join(re.escape(t) for t in sorted(_DOB_TRIGGERS, key=len, reverse=True)))
+
+
 def _dob_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
     low = text.lower()
     # The regex runs only in windows around trigger occurrences (a keyword starts at most 16
     # characters before its trigger; keyword, gap and date end within 96 after it).
-    windows: list[list[int]] = []
-    for trig in _DOB_TRIGGERS:
-        pos = low.find(trig, start, end)
-        while pos != -1:
-            windows.append([max(start, pos - 16), min(end, pos + len(trig) + 96)])
-            pos = low.find(trig, pos + 1, end)
+    windows = [[max(start, m.start() - 16), min(end, m.end() + 96)] for m in _DOB_TRIGGER_RE.finditer(low, start, end)]
     if not windows:
         return
-    windows.sort()
     merged = [windows[0]]
     for w in windows[1:]:
         if w[0] <= merged[-1][1]:
@@ -280,8 +330,9 @@ class Detector:
     # of digits and phone/card/IP punctuation), "iban" (numeric runs widened to the left for the
     # country code and letters), "at" (only around each "@").
     scope: str = "text"
-    # For windowed scopes: a cheap test on the window's text and its digit count.
-    window_ok: Callable[[str, int], bool] = lambda w, nd: True
+    # For numeric scopes: the fewest digits the window must hold, and a cheap test on its text.
+    min_digits: int = 0
+    window_ok: Callable[[str], bool] | None = None
     spans: Callable[[str, int, int], Iterable[tuple[int, int, str]]] | None = None
     tier: int = 1
     caseless: bool = False
@@ -303,7 +354,7 @@ _PHONE_STEMS = ("tel", "tél", "tlf", "phone", "ph", "mob", "cell", "fax", "call
                 "whats", "dial", "handy", "móvil", "movil", "numéro", "nummer", "número", "numero", "line", "portable",
                 "number")
 _SECRET_STEMS = ("key", "secret", "token", "pass", "pwd", "credential", "session", "cookie", "bearer", "basic", "mysql",
-                 "mariadb")
+                 "mariadb", "contrase", "wachtwoord")
 
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -360,12 +411,12 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "CREDIT_CARD",
         re.compile(r"[0-9](?<![\w.-][0-9])(?:[ -]?[0-9]){11,18}(?![\w-]|\.[0-9])"),
-        _card, (), 7, "numeric", lambda w, nd: nd >= 12,
+        _card, (), 7, "numeric", 12,
     ),
     Detector(
         "SSN",
         re.compile(r"[0-9](?<![\w.\-/+][0-9])[0-9]{2}([- ]?)[0-9]{2}\1[0-9]{4}(?![\w]|[.\-/][0-9])"),
-        _ssn, (), 8, "numeric", lambda w, nd: nd >= 9,
+        _ssn, (), 8, "numeric", 9,
     ),
     Detector("DOB", None, None, _DOB_STEMS, 9, spans=_dob_spans, caseless=True),
     Detector(
@@ -378,7 +429,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "IPV4",
         re.compile(r"(?<![\w.])" + _OCTET + r"(?:\." + _OCTET + r"){3}(?![\w]|\.[0-9])"),
-        _ipv4, (), 11, "numeric", lambda w, nd: nd >= 4 and w.count(".") >= 3,
+        _ipv4, (), 11, "numeric", 4, lambda w: w.count(".") >= 3,
     ),
     # International: "+" or "00", a country code, then groups separated by single spaces, dots,
     # dashes or slashes, optionally "(0)", then an extension. The "+" must not follow an operand.
@@ -388,7 +439,7 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?<![\w)\]+\-./])(?:\+|00(?=[1-9]))[1-9][0-9]{0,2}(?:[ .-]?\(0\))?(?:[ .\-/]?(?:\([0-9]{1,5}\)|[0-9]{1,6})){1,7}"
             + _EXT + r"(?![\w+*/=^%]|[.-][0-9])"
         ),
-        _phone_intl, (), 12, "numeric", lambda w, nd: nd >= 8 and ("+" in w or "00" in w),
+        _phone_intl, (), 12, "numeric", 8, lambda w: "+" in w or "00" in w,
     ),
     # North American: (555) 123-4567, 555-123-4567, 555.123.4567, 555 123 4567, 1-800-555-1234.
     # The 3-3-4 grouping keeps dates, versions and serials out.
@@ -398,14 +449,14 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?<![\w+.\-/*])(?:1[ .-])?(?:\([1-9][0-9]{2}\) ?|[1-9][0-9]{2}[-. ])[0-9]{3}[-. ][0-9]{4}" + _EXT
             + r"(?![\w]|[.\-/][0-9])"
         ),
-        _phone_nanp, (), 13, "numeric", lambda w, nd: nd >= 10 and len(w) >= 12,
+        _phone_nanp, (), 13, "numeric", 10, lambda w: len(w) >= 12,
     ),
     # National with a trunk 0: 020 7946 0958, (0113) 496 0123, 05 36 84 33 53, 04952 883143, 08-246 820 34.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?:\(0[0-9]{1,4}\)|0[0-9]{1,4})(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
-        _phone_national, (), 14, "numeric", lambda w, nd: nd >= 9 and "0" in w and nd < len(w),
+        _phone_national, (), 14, "numeric", 9, lambda w: "0" in w and not w.isdigit(),
     ),
     # Grouped national numbers of countries without a trunk 0: 601 622 262 (CZ, SK, PL, PT),
     # 918-668-334, 21 45 17 27 (DK, NO), 912 34 56 78 (ES). Dropped after an id word, in code,
@@ -414,28 +465,37 @@ DETECTORS: tuple[Detector, ...] = (
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])(?:[1-9][0-9]{2}([ .-])[0-9]{3}\1[0-9]{3}|[0-9]{2} [0-9]{2} [0-9]{2} [0-9]{2}"
                    r"|[1-9][0-9]{2} [0-9]{2} [0-9]{2} [0-9]{2})(?![\w]|[.,\-/][0-9]| [0-9])"),
-        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8,
+        _phone_grouped, (), 15, "numeric", 8,
     ),
     # An area code in brackets without a trunk 0: (66) 6466-9295, (11) 98765-4321 (BR), (212) 5550148.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*])\([1-9][0-9]{1,3}\) ?[0-9]{3,5}[ -]?[0-9]{4}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
-        _phone_grouped, (), 15, "numeric", lambda w, nd: nd >= 8 and "(" in w,
+        _phone_grouped, (), 15, "numeric", 8, lambda w: "(" in w,
+    ),
+    # Other groupings with two to five groups of 2+ digits ("63 822 392", "8437-4387", "(3421)-4517",
+    # "+(370) 95896935"); not a piece of a longer run of numbers (a table row, a grouped card).
+    Detector(
+        "PHONE",
+        re.compile(r"(?<![\w+.\-/*])(?<![0-9][ -])(?:\+?\(\+?[0-9]{1,5}\)|[0-9]{2,5})"
+                   r"(?:(?:[ \-]|/ ?|\)[ -]?)[0-9]{2,9}){1,4}(?![\w]|[.,\-/][0-9]| [0-9])"),
+        _phone_shaped, (), 15, "numeric", 8, lambda w: "-" in w or " " in w or "/" in w or ")" in w,
     ),
     # Any other grouping of 7-12 digits, only when introduced as a phone number ("my new number is
     # 6321 4458", "Contact: ... | 0167.3644", "tel (0929) 599013305").
     Detector(
         "PHONE",
-        re.compile(r"(?<![\w+.\-/*])(?:\([0-9]{1,5}\)|[0-9]{2,5})(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
+        re.compile(r"(?<![\w+.\-/*])(?:\([0-9]{1,5}\)|[0-9]{2,5})(?:[ .\-/][0-9](?=[ .\-/][0-9]))?"
+                   r"(?:[ .\-/]?[0-9]{2,9}){1,4}" + _EXT
                    + r"(?![\w]|[.\-/][0-9])"),
-        _phone_announced, _PHONE_STEMS, 15, "numeric", lambda w, nd: nd >= 7, caseless=True,
+        _phone_announced, _PHONE_STEMS, 15, "numeric", 7, caseless=True,
     ),
     # Unformatted: 01134960123 (UK), 0508899579 (DE/FR/IT), 8209679701 (NANP). Dropped when the
     # number is introduced as an id or count, assigned in code, or an arithmetic operand.
     Detector(
         "PHONE",
         re.compile(r"(?<![\w+.\-/*:#])[0-9]{8,12}" + _EXT + r"(?![\w]|[.\-/][0-9])"),
-        _phone_bare, (), 16, "numeric", lambda w, nd: nd >= 9,
+        _phone_bare, (), 16, "numeric", 9,
     ),
     # Secrets named by their key (last: known token formats above win ties).
     Detector("SECRET", None, None, _SECRET_STEMS, 17, spans=_secret_spans, caseless=True),

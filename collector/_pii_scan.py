@@ -201,6 +201,11 @@ _LATER = tuple((1 << i, d) for i, d in enumerate(_TRIGGERED)
 # Numeric detectors with trigger literals run only when theirs fired; the others on every run.
 _NUM_DETS = tuple((1 << _TRIGGERED.index(d) if d in _TRIGGERED else _NUMERIC_BIT, d)
                   for d in DETECTORS if d.scope == "numeric")
+# The numeric detectors a window with `nd` digits can hold (index min(nd, _MAX_ND)), worked out once:
+# most windows are short and rule most detectors out before any Python call.
+_MAX_ND = max(d.min_digits for _b, d in _NUM_DETS)
+_NUM_BY_ND = tuple(tuple((bit, d, d.window_ok) for bit, d in _NUM_DETS if d.min_digits <= nd)
+                   for nd in range(_MAX_ND + 1))
 # An IBAN's country code and check digits, somewhere left of a run of digits.
 _IBAN_HEAD = re.compile(r"[A-Z]{2}[0-9]{2}")
 (_IBAN_DET,) = (d for d in DETECTORS if d.scope == "iban")
@@ -253,13 +258,24 @@ def _run_fired(dets: tuple[tuple[int, Detector], ...], bits: int, text: str, fou
 
 
 def _scan_numbers(text: str, found: list[Candidate], bits: int) -> None:
+    """The numeric detectors in each run of digits, most specific first (IBAN, then the table's
+    order). Once a candidate covers the whole run, the rest stop: what they could still find lies
+    inside the run, is no longer and ranks lower, so `_select` would drop it (a phone number matched
+    by seven patterns was validated seven times, context words and all)."""
     n = len(text)
     for s, e, w, nd, inside in _numeric_windows(text):
-        if not inside:
-            for bit, det in _NUM_DETS:
-                if bits & bit and det.window_ok(w, nd):
-                    _run(det, text, s, e, found)
+        run_end = s + len(w)
         if nd >= 8:  # IBAN: the country code is left of the digits
             if _IBAN_HEAD.search(text, max(0, s - _IBAN_LEFT), s + 4):
+                k = len(found)
                 _run(_IBAN_DET, text, max(0, s - _IBAN_LEFT), min(n, e + _IBAN_RIGHT), found)
-
+                if len(found) > k and any(c[0] <= s and c[1] >= run_end for c in found[k:]):
+                    continue
+        # An ISO date (2024-06-02, the head of every log timestamp) is none of these kinds.
+        if not inside and not (nd == 8 and len(w) == 10 and w[4] == "-" == w[7]):
+            for bit, det, ok in _NUM_BY_ND[nd if nd < _MAX_ND else _MAX_ND]:
+                if bits & bit and (ok is None or ok(w)):
+                    k = len(found)
+                    _run(det, text, s, e, found)
+                    if len(found) > k and any(c[0] <= s and c[1] >= run_end for c in found[k:]):
+                        break

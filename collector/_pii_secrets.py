@@ -12,7 +12,7 @@ key-like name are deliberately left alone (they are everywhere in code and hashe
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ._pii_checks import random_secret, secret_value_ok
 from ._pii_context import WORD_END, not_secret_key, password_key, secret_key
@@ -81,8 +81,39 @@ _MYSQL_PASSWORD = re.compile(
 )
 
 
+# "my password is Xk9!...", "the new pwd is ...", "Passwort ist ...": a password said in prose. The
+# value must not read as words (`_not_words`): "the password is wrong" stays.
+# On the lowercased text (see _SECRET_KW_LOW). The first letter as a class, the lookbehind after it:
+# `re` then skips ahead in C instead of trying the alternation at every position of a 4 KB text.
+_PROSE_PASSWORD = re.compile(
+    r"[pmcw](?<![\w-][pmcw])(?:(?<=p)(?:assword|asswort|asswd|wd|asscode|ass ?phrase)|(?<=m)ot de passe"
+    r"|(?<=c)ontraseña|(?<=w)achtwoord)"
+    r"\s+(?:is|was|ist|est|es|is now|is still|=)\s*:?\s*(?P<val>\S{6,200})"
+)
+# Where a keyword can start, relative to each occurrence of these substrings.
+_PROSE_STEMS = (("pass", 0), ("passe", -7), ("pwd", 0), ("contrase", 0), ("wachtwoord", 0))
+
+
+def _prose_passwords(low: str, start: int, end: int) -> Iterator[re.Match[str]]:
+    """`_PROSE_PASSWORD` tried only where its keyword can start (a 4 KB text holds few "pass")."""
+    for stem, back in _PROSE_STEMS:
+        pos = low.find(stem, start, end)
+        while pos != -1:
+            if pos + back >= start:
+                m = _PROSE_PASSWORD.match(low, pos + back, end)
+                if m is not None:
+                    yield m
+            pos = low.find(stem, pos + 1, end)
+
+
 def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, str]]:
     low = text.lower()
+    for pm in _prose_passwords(low, start, end) if len(low) == len(text) else ():
+        val, vs = _unclosed_quotes_off(text[pm.start("val"):pm.end("val")]).rstrip(".,;!?"), pm.start("val")
+        if len(val) > 2 and val[0] in "\"'`" and val[-1] == val[0]:  # quoted: the quotes are not the value
+            val, vs = val[1:-1], vs + 1
+        if secret_value_ok(val, True) and _not_words(val):
+            yield vs, vs + len(val), val
     if "mysql" in low or "mariadb" in low:
         for pm in _MYSQL_PASSWORD.finditer(text, start, end):
             g = "q1" if pm.group("q1") else "q2" if pm.group("q2") else "v"
@@ -116,7 +147,8 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 key = text[ks:m.end()] + (gm.group("rest") if gm else "")
                 if gm is not None and not not_secret_key(key):
                     val = _unclosed_quotes_off(gm.group("val"))
-                    if secret_value_ok(val, True) and (password_key(key) or _random_not_code(val)):
+                    if secret_value_ok(val, True) and (password_key(key) or (secret_key(key) and _not_words(val))
+                                                       or _random_not_code(val)):
                         done = gm.start("val") + len(val)
                         yield gm.start("val"), done, val
                 continue
@@ -169,6 +201,10 @@ def _secret_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int, s
                 val = val.rstrip(".,:;!?")
         done = vs + len(val)
         if secret_value_ok(val, password_like) and (not named_secret or _not_words(val)):
+            yield vs, vs + len(val), val
+        elif not password_like and _random_not_code(val) and secret_value_ok(val, True):
+            # A short random token (`api_key: EUP~|aMD?mQGQ`, `token: Dk3jp3##FN`): under 16
+            # characters it needs three character classes and the entropy of a random string.
             yield vs, vs + len(val), val
 
 

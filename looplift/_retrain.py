@@ -6,6 +6,10 @@ or a suite without tasks is one line and nothing was started. `retrain_in_stack`
 SIGTERM, an error) it asks a running job to stop — it stops at its next safe point with the serving
 version untouched and the run recorded as interrupted — and waits for the thread before the stack
 stops. The scheduler also runs when `looplift.toml` declares triggers under [schedule].
+
+Beside it runs the canary watch (`trainer.CanaryWatch`, settings from `[canary]`): it promotes or drops a
+canary started with `POST /admin/canary` from live outcomes, and rolls back a promotion whose live signal
+falls below what the gate measured (see trainer/_canary.py for the rule and its defaults).
 """
 
 from __future__ import annotations
@@ -31,19 +35,21 @@ class RetrainPlan:
     suite: Any
     """The `sdk.EvalSuite` the gate runs."""
     eval_spec: str
+    canary: Any = None
+    """`trainer.CanaryConfig` of the canary watch."""
 
 
 def plan_retrain(config_path: Optional[Path], cron: Optional[str], eval_spec: Optional[str]) -> Optional[RetrainPlan]:
     """The retrain plan from `--retrain`, `--eval`, `--config` and looplift.toml; None when no trigger is set.
     Raises `trainer.TrainerError` (one line) for a bad cron, suite or config."""
-    from trainer import load_config, load_suite, schedule_config
+    from trainer import canary_config, load_config, load_suite, schedule_config
 
     cfg = load_config(config_path)
     if cron is None and not any(cfg.schedule.get(k) is not None for k in ("cron", "new_data", "drift")):
         return None
     sched = schedule_config(cfg, cron=cron)
     spec = eval_spec if eval_spec is not None else cfg.trainer.get("eval")
-    return RetrainPlan(cfg, sched, load_suite(spec), spec)
+    return RetrainPlan(cfg, sched, load_suite(spec), spec, canary_config(cfg))
 
 
 @contextlib.contextmanager
@@ -53,18 +59,24 @@ def retrain_in_stack(plan: Optional[RetrainPlan], *, gateway_url: str, db_url: s
     if plan is None:
         yield None
         return
-    from trainer import Scheduler, job_config
+    from server import AdminClient
+    from trainer import CanaryWatch, Scheduler, job_config
 
     job = job_config(plan.config, admin_token=admin_token, eval=plan.eval_spec, gateway=gateway_url, db=db_url,
                      base_model=str(model_dir))
     scheduler = Scheduler(job, plan.schedule, plan.suite, status=lambda m: say(f"retrain: {m}"))
     thread = scheduler.start_thread()
+    watch = CanaryWatch(db_url, lambda: AdminClient(gateway_url, admin_token), app=job.app, runs_dir=job.runs_dir,
+                        config=plan.canary, status=lambda m: say(f"canary: {m}"))
+    watch_thread = watch.start_thread()
     say(f"retrain: scheduler on (cron={plan.schedule.cron} new-data={plan.schedule.new_data} "
         f"drift={plan.schedule.drift}; suite {plan.suite.name!r}; history: `trainer runs`)")
     try:
         yield scheduler
     finally:
+        watch.stop()
         scheduler.stop("the stack is stopping")
+        watch_thread.join(grace_s if grace_s is not None else STOP_GRACE_S)
         thread.join(grace_s if grace_s is not None else STOP_GRACE_S)
         if thread.is_alive():
             say("retrain: the running job did not stop in time; it is left to the stack shutdown")

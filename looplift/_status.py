@@ -130,6 +130,7 @@ class _Status:
         try:
             with AdminClient(self.o.gateway, token, timeout=5) as admin:
                 view = admin.versions()
+                canary = admin.canary().canary
         except ServerError as e:
             self.unreachable("gateway admin API", str(e).splitlines()[0])
             return
@@ -142,7 +143,8 @@ class _Status:
             since, by = (v.created_at if v else None), "start"
         g.update(alias=view.alias, serving=view.serving, serving_since=_iso(since), serving_by=by,
                  versions=len(view.versions), in_flight=sum(v.in_flight for v in view.versions),
-                 last_event=view.history[-1].model_dump(mode="json") if view.history else None)
+                 last_event=view.history[-1].model_dump(mode="json") if view.history else None,
+                 canary=canary.model_dump(mode="json") if canary else None)
 
     def runs(self, trainer_cfg: dict[str, Any]) -> list[dict[str, Any]]:
         try:
@@ -284,6 +286,10 @@ def render(s: dict[str, Any]) -> list[str]:
         lines.append(f"[bold]serving[/]    {g['serving']} since {g.get('serving_since') or '?'} "
                      f"({by.get(g.get('serving_by') or '', '')}; {g.get('versions', '?')} versions, "
                      f"{g.get('in_flight', 0)} requests in flight)")
+    c = g.get("canary")
+    if c:
+        lines.append(f"[bold]canary[/]     {c['version']} answers {c['fraction']:.0%} of the alias since {c['started_at']} "
+                     f"({c['routed_candidate']} requests vs {c['routed_serving']}; `trainer canary status`)")
     gate = s.get("gate")
     if gate:
         p = "-" if gate.get("p_value") is None else format(gate["p_value"], ".2g")

@@ -8,6 +8,7 @@ from ._env import Environment, StepResult, Verifier
 from ._home import looplift_home
 from ._judge import LLMJudge
 from ._loop import Sampling, arun, run
+from ._stats import fisher_p, mcnemar_p
 from ._suite import Budget, EnvFamily, EvalSuite, Policy, task_slice
 from ._types import (
     TRAJECTORY_SCHEMA_VERSION,
@@ -38,6 +39,8 @@ __all__ = [
     "CollectorClient",
     "Sampling",
     "arun",
+    "fisher_p",
+    "mcnemar_p",
     "looplift_home",
     "run",
     "TRAJECTORY_SCHEMA_VERSION",

@@ -13,3 +13,6 @@ REQUEST_TIMEOUT_S = 120.0
 COLLECTOR_BATCH = 64
 COLLECTOR_FLUSH_S = 0.5
 COLLECTOR_TIMEOUT_S = 5.0
+#: Request header naming the episode (the trajectory id): the gateway keeps a session on one version during a
+#: canary, and capture stitches a session's turns into one trajectory.
+SESSION_HEADER = "X-Looplift-Session"

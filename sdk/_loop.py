@@ -6,7 +6,8 @@ Tools, OpenAI's format end to end: when the environment exposes `tools`, they ar
 request; each tool call of an assistant message is executed by `env.step_tool(call)` as one `Step`, and
 its observation goes back as a `tool` message with the call's id. A turn without tool calls goes to
 `env.step(text)`. Every assistant turn keeps the token ids and logprobs the server returned (vLLM's
-`return_token_ids` and `logprobs`) so RL trainers need not re-tokenize.
+`return_token_ids` and `logprobs`) so RL trainers need not re-tokenize. Every request of an episode carries
+`X-Looplift-Session: <trajectory id>`, so a gateway canary serves the whole episode from one version.
 
 Many episodes run concurrently on one event loop (bounded by `concurrency`); environment calls run in
 worker threads because sandboxes block. With `policy=` a function writes the assistant messages instead
@@ -102,8 +103,9 @@ def _tools_of(env: Environment) -> list[dict[str, Any]]:
 
 
 async def _generate(ctx: _Ctx, task: Task, messages: list[Message], seed: Optional[int], tools: list[dict[str, Any]],
-                    max_tokens: int) -> tuple[Message, Optional[str], Optional[tuple[TurnTokens, int]]]:
-    """The next assistant message: from the policy, or from the model with its token ids and logprobs."""
+                    max_tokens: int, session: str) -> tuple[Message, Optional[str], Optional[tuple[TurnTokens, int]]]:
+    """The next assistant message: from the policy, or from the model with its token ids and logprobs.
+    `session` (the trajectory id) goes as `X-Looplift-Session`, so a gateway canary keeps the episode on one version."""
     if ctx.policy is not None:
         try:
             reply = await _call(ctx.policy, task, [m.model_copy(deep=True) for m in messages])
@@ -129,7 +131,8 @@ async def _generate(ctx: _Ctx, task: Task, messages: list[Message], seed: Option
             model=ctx.model,
             messages=[m.model_dump(exclude_none=True) for m in messages],  # type: ignore[misc]
             temperature=ctx.sampling.temperature, top_p=ctx.sampling.top_p, max_tokens=max_tokens,
-            logprobs=ctx.sampling.logprobs or None, extra_body=extra or None, **kwargs,
+            logprobs=ctx.sampling.logprobs or None, extra_body=extra or None,
+            extra_headers={_defaults.SESSION_HEADER: session}, **kwargs,
         )
     except openai.NotFoundError as e:
         raise GenerationError(f"model {ctx.model!r} is not served here: {e.message}") from e
@@ -167,6 +170,7 @@ class _Episode:
         self.steps: list[Step] = []
         self.meta = dict(ctx.metadata)
         self.served: Optional[str] = None
+        self.id = new_id()
         self.tokens = 0
         self.t0 = time.monotonic()
 
@@ -189,7 +193,7 @@ class _Episode:
             reason = e.reason
             self.meta[f"{e.reason}"] = str(e)[:4000]
         traj = Trajectory(
-            id=new_id(), app=self.ctx.app, task_id=self.task.id, model=self.ctx.model, served_version=self.served,
+            id=self.id, app=self.ctx.app, task_id=self.task.id, model=self.ctx.model, served_version=self.served,
             messages=self.messages, turns=self.turns, steps=self.steps, metadata=self.meta, started_at=started,
             finished_at=datetime.now(timezone.utc), end_reason=reason,
         )
@@ -225,7 +229,7 @@ class _Episode:
             try:
                 msg, served, turn = await self._timed(
                     _generate, ctx, self.task, self.messages, _episode_seed(ctx.sampling.seed, self.task.id, turn_no),
-                    tools, max_tokens)
+                    tools, max_tokens, self.id)
             except asyncio.TimeoutError:
                 return "max_seconds"
             gen_s = time.perf_counter() - t0

@@ -1,14 +1,15 @@
 """looplift `server`: an OpenAI-compatible gateway in front of vLLM.
 
-Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request and
-rolled back with one call, over one vLLM or several replicas; the package also starts and supervises vLLM, and exposes `/health` and
-Prometheus `/metrics`. The CLI group lives in `server._cli.app` (mounted as `looplift server`).
+Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request, rolled
+back with one call, or tried on a share of the traffic first (canary), over one vLLM or several replicas;
+the package also starts and supervises vLLM, and exposes `/health` and Prometheus `/metrics`. The CLI
+group lives in `server._cli.app` (mounted as `looplift server`).
 """
 
 from ._admin import AdminClient
 from ._auth import check_bind, key_id
 from ._gateway import create_gateway
-from ._models import HistoryEvent, ReplicaInfo, SwapResult, VersionInfo, VersionsView
+from ._models import CanaryInfo, CanaryView, HistoryEvent, ReplicaInfo, SwapResult, VersionInfo, VersionsView
 from ._replicas import LocalReplica, start_local_replicas
 from ._serve import GatewayHandle, start_gateway_in_thread
 from ._settings import GatewaySettings
@@ -18,6 +19,7 @@ from .errors import (
     AdapterInvalidError,
     AdminAuthError,
     AdminTokenMissingError,
+    CanaryError,
     GatewayStartError,
     InsecureBindError,
     InvalidNameError,
@@ -35,6 +37,9 @@ __all__ = [
     "AdminAuthError",
     "AdminClient",
     "AdminTokenMissingError",
+    "CanaryError",
+    "CanaryInfo",
+    "CanaryView",
     "GatewayHandle",
     "GatewaySettings",
     "GatewayStartError",

@@ -7,17 +7,18 @@ It does not retry: a publish step should fail loudly and be re-run.
 
 from __future__ import annotations
 
-from typing import Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 import httpx
 from pydantic import BaseModel
 
 from . import _defaults as D
-from ._models import ReplicaInfo, SwapResult, VersionInfo, VersionsView
+from ._models import CanaryDecisionKind, CanaryView, Figures, ReplicaInfo, SwapResult, VersionInfo, VersionsView
 from ._settings import require_admin_token
 from .errors import (
     AdapterInvalidError,
     AdminAuthError,
+    CanaryError,
     InvalidNameError,
     NothingToRollBackError,
     ServerError,
@@ -73,6 +74,25 @@ class AdminClient:
         """Serve the previously serving version again."""
         return self._call("POST", "/admin/rollback", SwapResult, {})
 
+    def canary(self) -> CanaryView:
+        """The running canary (None when none runs) and the recent canary decisions."""
+        return self._call("GET", "/admin/canary", CanaryView)
+
+    def start_canary(self, version: str, fraction: float) -> CanaryView:
+        """Send `fraction` (0 < f < 1) of the alias's traffic to the loaded `version`."""
+        return self._call("POST", "/admin/canary", CanaryView, {"version": version, "fraction": fraction})
+
+    def stop_canary(self) -> CanaryView:
+        """End the running canary (its candidate is drained, then unloaded)."""
+        return self._call("DELETE", "/admin/canary", CanaryView)
+
+    def decide_canary(self, version: str, decision: CanaryDecisionKind, reason: str,
+                      figures: Optional[Figures] = None) -> CanaryView:
+        """Record an automatic decision with its figures and have the gateway act on it: `promote` / `drop` the
+        running canary of `version`, or `rollback` the alias from `version`. `CanaryError` when stale."""
+        return self._call("POST", "/admin/canary/decision", CanaryView,
+                          {"version": version, "decision": decision, "reason": reason, "figures": figures or {}})
+
     def close(self) -> None:
         """Close the connection pool."""
         self._client.close()
@@ -83,10 +103,10 @@ class AdminClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, model: type[T], body: Optional[dict[str, str]] = None) -> T:
+    def _call(self, method: str, path: str, model: type[T], body: Optional[dict[str, Any]] = None) -> T:
         return model.model_validate(self._request(method, path, body).json())
 
-    def _request(self, method: str, path: str, body: Optional[dict[str, str]] = None) -> httpx.Response:
+    def _request(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> httpx.Response:
         try:
             r = self._client.request(method, path, json=body)
         except httpx.HTTPError as e:
@@ -109,6 +129,7 @@ _BY_CODE: dict[str, type[ServerError]] = {
     "invalid_adapter": AdapterInvalidError,
     "invalid_version_name": InvalidNameError,
     "upstream_error": UpstreamError,
+    "canary_conflict": CanaryError,
 }
 
 

@@ -12,8 +12,8 @@
   to straight from `Gateway.__call__` by path;
 * `api`: a FastAPI app for everything else — `GET /v1/models`, `/v1/models/{id}`, `POST /v1/feedback`
   (`_feedback`), `/health`, `/metrics`, and `/admin/*` (always behind the admin token: list, load, promote,
-  roll back), and the lifespan (the registry is reconciled with vLLM at start, or at the first request if
-  vLLM was not answering then);
+  roll back, canary), and the lifespan (the registry is reconciled with vLLM at start, or at the first request
+  if vLLM was not answering then);
 * `keys` (`_auth.KeyRing`): the client API keys and their public ids;
 * with a collector (`connect_collector`): `capture` (`_capture`, hooked into `proxy`), `collector_link`
   (feedback forwarding).
@@ -43,7 +43,17 @@ from ._capture import Capture
 from ._collector_link import CollectorLink
 from ._feedback import feedback_router
 from ._metrics import CONTENT_TYPE, GatewayMetrics
-from ._models import LoadRequest, PromoteRequest, ReplicaInfo, SwapResult, VersionInfo, VersionsView
+from ._models import (
+    CanaryDecisionRequest,
+    CanaryRequest,
+    CanaryView,
+    LoadRequest,
+    PromoteRequest,
+    ReplicaInfo,
+    SwapResult,
+    VersionInfo,
+    VersionsView,
+)
 from ._proxy import ENDPOINTS, Proxy, Receive, RoutedProxy, Scope, Send, api_key_denied, error_payload
 from ._registry import Registry
 from ._replicas import LocalReplica, ReplicaSet, Source
@@ -278,5 +288,28 @@ def _control_api(gw: Gateway) -> FastAPI:
         result = await (await registry.ready()).rollback()
         metrics.swapped("rollback", result.swap_ms)
         return result
+
+    @app.get("/admin/canary", dependencies=admin)
+    async def canary_status() -> CanaryView:
+        """The running canary (None when none runs) and the recent canary decisions with their figures."""
+        return (await registry.ready()).canary_view()
+
+    @app.post("/admin/canary", dependencies=admin)
+    async def canary_start(req: CanaryRequest) -> CanaryView:
+        """Send `fraction` of the alias's traffic to a loaded version (sticky per X-Looplift-Session)."""
+        return await (await registry.ready()).start_canary(req.version, req.fraction)
+
+    @app.delete("/admin/canary", dependencies=admin)
+    async def canary_stop() -> CanaryView:
+        """End the running canary; its candidate is drained, then unloaded."""
+        return await (await registry.ready()).stop_canary()
+
+    @app.post("/admin/canary/decision", dependencies=admin)
+    async def canary_decision(req: CanaryDecisionRequest) -> CanaryView:
+        """Record an automatic decision (promote / drop the candidate, roll back a watched promotion) and act."""
+        view, swap = await (await registry.ready()).decide_canary(req)
+        if swap is not None and swap.previous != swap.serving:
+            metrics.swapped(req.decision, swap.swap_ms)
+        return view
 
     return app

@@ -7,11 +7,15 @@ are vLLM's and are forwarded as they are.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 VersionState = Literal["loaded", "unloaded"]
+HistoryAction = Literal["load", "promote", "rollback", "unload", "restore", "canary"]
+#: Figures a decision was made on (samples, rates, p-values, thresholds): flat, JSON-ready.
+Figures = dict[str, Union[float, int, str, bool, None]]
+CanaryDecisionKind = Literal["promote", "drop", "rollback"]
 
 
 class VersionInfo(BaseModel):
@@ -33,10 +37,14 @@ class HistoryEvent(BaseModel):
     """One entry of the registry's audit trail."""
 
     at: datetime
-    action: Literal["load", "promote", "rollback", "unload", "restore"]
+    action: HistoryAction
     version: str
     previous: Optional[str] = None
     detail: Optional[str] = None
+    #: For `canary` events: what happened (`start`, `promote`, `drop`, `rollback`, `end`) and the figures
+    #: an automatic decision was made on.
+    canary: Optional[str] = None
+    figures: Optional[Figures] = None
 
 
 class VersionsView(BaseModel):
@@ -75,6 +83,52 @@ class PromoteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: str = Field(min_length=1)
+
+
+class CanaryRequest(BaseModel):
+    """`POST /admin/canary` body: send `fraction` of the alias's traffic to `version` (loaded, not serving)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(min_length=1)
+    #: Share of alias requests the candidate answers, strictly between 0 and 1.
+    fraction: float = Field(gt=0.0, lt=1.0)
+
+
+class CanaryDecisionRequest(BaseModel):
+    """`POST /admin/canary/decision` body: an automatic decision (the trainer's canary watch) with its figures.
+
+    `promote` / `drop` act on the running canary of `version`; `rollback` rolls the alias back from `version`
+    (the post-promotion watch). The gateway refuses (409) when `version` is no longer the canary / serving
+    version, so a stale decision never acts on a newer state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(min_length=1)
+    decision: CanaryDecisionKind
+    reason: str = Field(min_length=1, max_length=2000)
+    figures: Figures = Field(default_factory=dict)
+
+
+class CanaryInfo(BaseModel):
+    """The running canary."""
+
+    version: str
+    fraction: float
+    started_at: datetime
+    #: Alias requests routed since the canary started: to the candidate, and to the serving version.
+    routed_candidate: int = 0
+    routed_serving: int = 0
+
+
+class CanaryView(BaseModel):
+    """`GET /admin/canary`: the running canary (None when there is none) and the recent canary decisions."""
+
+    alias: str
+    serving: str
+    canary: Optional[CanaryInfo] = None
+    #: `canary` history events (starts, decisions with their figures, ends), oldest first.
+    decisions: list[HistoryEvent] = Field(default_factory=list)
 
 
 class ReplicaInfo(BaseModel):

@@ -5,7 +5,8 @@ dependency solving or middleware stack; the profile in bench/gateway.py showed t
 metric label lookups as most of the gateway's cost). One request is:
 
 1. read the body; check the API key (when keys are configured) and the body (`_body.parse_body`);
-2. `registry.acquire(model)`: resolve the alias to a version and hold a lease on it;
+2. `registry.acquire(model)`: resolve the alias to a version (the canary candidate for its share of alias
+   requests while a canary runs) and hold a lease on it;
 3. forward the client's bytes, with only `model` rewritten, to vLLM (`_upstream.Upstream`);
 4. relay the answer: a JSON answer whole, an SSE stream chunk by chunk as vLLM produces it (byte for byte);
    both carry `x-looplift-version`, and the `model` field vLLM writes names the version that answered;
@@ -132,7 +133,8 @@ class Proxy:
         capture = self.capture
         if capture is not None and (endpoint != CHAT or not capture.wants(key_id)):
             capture = None
-        lease = registry.acquire(body.model)
+        # While a canary runs, the session header keeps an episode on one version (`_canary`).
+        lease = registry.acquire(body.model, _header(scope, _SESSION_HEADER) if registry.canary else None)
         if lease is None:
             self.metrics.request_done("unknown", "", endpoint, "404")
             return await send_json(send, 404, error_payload(

@@ -13,6 +13,10 @@ interface is:
 * After a flip, the previous version is drained in a background task: it waits (event-driven, no polling)
   until the version's last lease is released (a stream holds its lease until its last byte) and only
   then unloads the adapter from vLLM, so a request never loses its adapter mid-answer.
+* `start_canary(name, fraction)` makes `acquire(alias, session)` send that share of the alias's requests to
+  a loaded candidate (`_canary`: sticky per session); `decide_canary` records an automatic decision with its
+  figures and acts on it (promote the candidate, drop it, or roll back a watched promotion); any flip of
+  the alias ends a running canary. Canary starts, decisions and ends are `canary` history events.
 * `ready()` starts the registry once: reads `registry.json` (`_registry_file`), reconciles it with what
   vLLM has loaded (leftover adapters are unloaded, the serving version is re-loaded, falling back down the
   serving stack if its adapter is gone), and can be retried while vLLM is not answering yet.
@@ -34,13 +38,25 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Literal, Optional, Protocol
+from typing import Optional, Protocol
 
-from ._models import HistoryEvent, SwapResult, VersionInfo, VersionState, VersionsView
+from ._canary import Canary
+from ._models import (
+    CanaryDecisionRequest,
+    CanaryView,
+    Figures,
+    HistoryAction,
+    HistoryEvent,
+    SwapResult,
+    VersionInfo,
+    VersionState,
+    VersionsView,
+)
 from ._registry_file import RegistryFile, Snapshot, StoredVersion
 from ._settings import GatewaySettings, valid_name, version_name
 from ._validate import validate_adapter
 from .errors import (
+    CanaryError,
     InvalidNameError,
     NothingToRollBackError,
     UpstreamError,
@@ -51,7 +67,8 @@ from .errors import (
 log = logging.getLogger("looplift.server.registry")
 
 _HISTORY_MAX = 1000
-Action = Literal["load", "promote", "rollback", "unload", "restore"]
+#: Canary events `GET /admin/canary` returns.
+_CANARY_EVENTS = 50
 
 
 class AdapterControl(Protocol):
@@ -124,6 +141,8 @@ class Registry:
         self._lock = asyncio.Lock()
         self._drains: set[asyncio.Task[None]] = set()
         self.started = False
+        #: The running canary (not persisted: a restart ends it).
+        self.canary: Optional[Canary] = None
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def ready(self) -> "Registry":
@@ -196,9 +215,16 @@ class Registry:
         """The version the alias points at."""
         return self.stack[-1]
 
-    def acquire(self, model: str) -> Optional[Lease]:
-        """Resolve `model` (the alias or a loaded version name) and count a request on it; None if unknown."""
+    def acquire(self, model: str, session: Optional[str] = None) -> Optional[Lease]:
+        """Resolve `model` (the alias or a loaded version name) and count a request on it; None if unknown.
+        While a canary runs, an alias request may go to the candidate (`session`: the X-Looplift-Session
+        header, which keeps an episode on one version)."""
         v = self.versions.get(self.stack[-1] if model == self.alias else model)
+        c = self.canary
+        if c is not None and model == self.alias and c.takes(session):
+            candidate = self.versions.get(c.version)
+            if candidate is not None and candidate.state == "loaded":  # else the serving version answers
+                v = candidate
         if v is None or v.state != "loaded":
             return None
         v.in_flight += 1
@@ -249,40 +275,46 @@ class Registry:
 
     async def promote(self, name: str) -> SwapResult:
         """Point the alias at `name` (re-loading its adapter if needed); drain and unload the previous one."""
-        t0 = time.perf_counter()
         async with self._lock:
-            v = self.versions.get(name)
-            if v is None:
-                raise VersionNotFoundError(name, list(self.versions))
-            previous = self.serving
-            if name == previous:
-                return SwapResult(alias=self.alias, serving=name, previous=previous, swap_ms=0.0)
-            await self._ensure_loaded(v)  # a refusal raises here, before anything changed
-            self.stack.append(name)  # the flip: seen by the very next acquire()
-            return self._flipped("promote", name, previous, t0)
+            return await self._promote(name, time.perf_counter())
+
+    async def _promote(self, name: str, t0: float) -> SwapResult:
+        v = self.versions.get(name)
+        if v is None:
+            raise VersionNotFoundError(name, list(self.versions))
+        previous = self.serving
+        if name == previous:
+            return SwapResult(alias=self.alias, serving=name, previous=previous, swap_ms=0.0)
+        await self._ensure_loaded(v)  # a refusal raises here, before anything changed
+        self.stack.append(name)  # the flip: seen by the very next acquire()
+        self._end_canary_on_flip("promote", name)
+        return self._flipped("promote", name, previous, t0)
 
     async def rollback(self) -> SwapResult:
         """Serve the previously serving version again; the current one is drained and unloaded."""
-        t0 = time.perf_counter()
         async with self._lock:
-            if len(self.stack) < 2:
-                raise NothingToRollBackError(
-                    f"nothing to roll back to: {self.serving!r} is the only version the alias "
-                    f"{self.alias!r} has served; promote another version instead."
-                )
-            target = self.versions[self.stack[-2]]
-            await self._ensure_loaded(target)
-            previous = self.stack.pop()  # the flip
-            return self._flipped("rollback", target.name, previous, t0)
+            return await self._rollback(time.perf_counter())
 
-    def _flipped(self, action: Action, serving: str, previous: str, t0: float) -> SwapResult:
+    async def _rollback(self, t0: float) -> SwapResult:
+        if len(self.stack) < 2:
+            raise NothingToRollBackError(
+                f"nothing to roll back to: {self.serving!r} is the only version the alias "
+                f"{self.alias!r} has served; promote another version instead."
+            )
+        target = self.versions[self.stack[-2]]
+        await self._ensure_loaded(target)
+        previous = self.stack.pop()  # the flip
+        self._end_canary_on_flip("rollback", target.name)
+        return self._flipped("rollback", target.name, previous, t0)
+
+    def _flipped(self, action: HistoryAction, serving: str, previous: str, t0: float) -> SwapResult:
         swap_ms = (time.perf_counter() - t0) * 1000
         self._event(action, serving, previous=previous, detail=f"swap {swap_ms:.1f} ms")
         self._save()
         self._schedule_drain(previous)
         return SwapResult(alias=self.alias, serving=serving, previous=previous, swap_ms=swap_ms)
 
-    async def _ensure_loaded(self, v: Version, action: Action = "load", detail: Optional[str] = None) -> None:
+    async def _ensure_loaded(self, v: Version, action: HistoryAction = "load", detail: Optional[str] = None) -> None:
         if v.state == "loaded":
             return
         assert v.adapter_path is not None  # the base version is never unloaded
@@ -294,6 +326,104 @@ class Registry:
         pat = re.compile(re.escape(self.alias) + r"-v(\d+)$")
         used = [int(m.group(1)) for n in self.versions if (m := pat.match(n))]
         return version_name(self.alias, max(used, default=0) + 1)
+
+    # ---- canary ---------------------------------------------------------------------------
+    def canary_view(self) -> CanaryView:
+        """The running canary and the recent canary events (for `GET /admin/canary`)."""
+        events = [h for h in self.history if h.action == "canary"][-_CANARY_EVENTS:]
+        return CanaryView(alias=self.alias, serving=self.serving,
+                          canary=self.canary.info() if self.canary else None, decisions=events)
+
+    async def start_canary(self, name: str, fraction: float) -> CanaryView:
+        """Send `fraction` (0 < f < 1) of alias requests to the loaded version `name`; a running canary of the
+        same version only changes its fraction. Raises `VersionNotFoundError` or `CanaryError` (with the fix)."""
+        if not 0.0 < fraction < 1.0:
+            raise CanaryError(f"fraction must be strictly between 0 and 1, got {fraction}", http_status=400)
+        async with self._lock:
+            v = self.versions.get(name)
+            if v is None:
+                raise VersionNotFoundError(name, list(self.versions))
+            if name == self.serving:
+                raise CanaryError(f"{name!r} already serves the alias {self.alias!r}; a canary needs another "
+                                  "version (load one with POST /admin/versions)", http_status=400)
+            if v.state != "loaded":
+                raise CanaryError(f"{name!r} is not loaded in vLLM; load it first (POST /admin/versions, or "
+                                  "`looplift server load`) and start the canary again", http_status=400)
+            c = self.canary
+            if c is not None and c.version != name:
+                raise CanaryError(f"a canary of {c.version!r} is running; end it first (DELETE /admin/canary)")
+            if c is not None:
+                c.fraction = fraction
+            else:
+                self.canary = Canary(version=name, fraction=fraction, started_at=_now())
+            self._event("canary", name, previous=self.serving, canary="start",
+                        detail=f"{fraction:.0%} of {self.alias!r} traffic to {name} (serving {self.serving})",
+                        figures={"fraction": fraction})
+            self._save()
+            return self.canary_view()
+
+    async def stop_canary(self, reason: str = "ended by the operator", figures: Optional[Figures] = None) -> CanaryView:
+        """End the running canary (its candidate is drained, then unloaded); `CanaryError` when none runs."""
+        async with self._lock:
+            c = self.canary
+            if c is None:
+                raise CanaryError("no canary is running; start one with POST /admin/canary", http_status=404)
+            self._drop_canary(c, "drop", reason, figures)
+            return self.canary_view()
+
+    async def decide_canary(self, req: CanaryDecisionRequest) -> tuple[CanaryView, Optional[SwapResult]]:
+        """Record an automatic decision with its figures and act on it (see `CanaryDecisionRequest`); returns the
+        canary view after it, and the alias flip it made (None for a drop)."""
+        t0 = time.perf_counter()
+        async with self._lock:
+            if req.decision == "rollback":
+                if self.serving != req.version or len(self.stack) < 2:
+                    raise CanaryError(f"the alias serves {self.serving!r}, not a rollback-able {req.version!r}: this "
+                                      "decision is stale (the state changed since it was made)")
+                result = await self._rollback(t0)  # a refusal raises before anything is recorded
+                self._event("canary", req.version, previous=result.serving, canary="rollback", detail=req.reason,
+                            figures=req.figures)
+                self._save()
+                return self.canary_view(), result
+            c = self.canary
+            if c is None or c.version != req.version:
+                running = f"the running canary is {c.version!r}" if c else "no canary is running"
+                raise CanaryError(f"cannot {req.decision} {req.version!r}: {running}")
+            if req.decision == "drop":
+                self._drop_canary(c, "drop", req.reason, req.figures)
+                return self.canary_view(), None
+            previous = self.serving
+            self.canary = None  # this decision ends it (not the flip's generic "end" event)
+            try:
+                result = await self._promote(req.version, t0)
+            except BaseException:
+                self.canary = c
+                raise
+            self._event("canary", req.version, previous=previous, canary="promote", detail=req.reason,
+                        figures={"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving,
+                                 **req.figures})
+            self._save()
+            return self.canary_view(), result
+
+    def _drop_canary(self, c: Canary, what: str, reason: str, figures: Optional[Figures]) -> None:
+        self.canary = None
+        routed = {"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving}
+        self._event("canary", c.version, previous=self.serving, canary=what, detail=reason,
+                    figures={**routed, **(figures or {})})
+        self._save()
+        if c.version != self.serving:
+            self._schedule_drain(c.version)
+
+    def _end_canary_on_flip(self, action: str, serving: str) -> None:
+        c = self.canary
+        if c is None:
+            return
+        if c.version == serving:
+            self.canary = None
+            self._event("canary", c.version, canary="end", detail=f"the candidate now serves ({action})",
+                        figures={"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving})
+        else:
+            self._drop_canary(c, "end", f"the alias was flipped by {action} to {serving}", None)
 
     # ---- drain ----------------------------------------------------------------------------
     def _schedule_drain(self, name: str) -> None:
@@ -307,8 +437,8 @@ class Registry:
         while True:
             await v.idle.wait()
             async with self._lock:
-                if v.name == self.serving or v.state != "loaded":
-                    return  # promoted again (or already unloaded) while draining
+                if v.name == self.serving or v.state != "loaded" or (self.canary and self.canary.version == v.name):
+                    return  # promoted again, made a canary (or already unloaded) while draining
                 if v.in_flight:
                     continue  # a request by version name came in between the wake-up and the lock
                 # Marked before the await so that no new request is routed to it mid-unload.
@@ -325,9 +455,10 @@ class Registry:
                 return
 
     # ---- persistence ----------------------------------------------------------------------
-    def _event(self, action: Action, version: str, previous: Optional[str] = None,
-               detail: Optional[str] = None) -> None:
-        self.history.append(HistoryEvent(at=_now(), action=action, version=version, previous=previous, detail=detail))
+    def _event(self, action: HistoryAction, version: str, previous: Optional[str] = None,
+               detail: Optional[str] = None, canary: Optional[str] = None, figures: Optional[Figures] = None) -> None:
+        self.history.append(HistoryEvent(at=_now(), action=action, version=version, previous=previous, detail=detail,
+                                         canary=canary, figures=figures))
         del self.history[:-_HISTORY_MAX]
 
     def _restore(self, snap: Optional[Snapshot]) -> None:

@@ -12,6 +12,7 @@
     ├── InvalidNameError             400: a requested version name has characters not allowed
     ├── VersionExistsError           409: a version with that name already exists
     ├── NothingToRollBackError       409: no previous serving version
+    ├── CanaryError                  400/409: a canary that cannot start, or a decision on a canary that changed
     └── UpstreamError                vLLM refused or failed an operation (carries its message)
 
 Server-side errors carry `http_status` (what the gateway answers) and `code` (the OpenAI-style
@@ -157,6 +158,18 @@ class NothingToRollBackError(ServerError):
 
     http_status = 409
     code = "nothing_to_roll_back"
+
+
+class CanaryError(ServerError):
+    """A canary request that does not fit the registry's state (version not loaded, already serving, another
+    canary running, a decision about a canary or serving version that is no longer the current one)."""
+
+    http_status = 409
+    code = "canary_conflict"
+
+    def __init__(self, message: str, *, http_status: int = 409) -> None:
+        super().__init__(message)
+        self.http_status = http_status
 
 
 class UpstreamError(ServerError):

@@ -83,6 +83,7 @@ class FakeGateway:
         self.refuse = refuse
         self.versions = [serving]
         self.promoted: list[str] = []
+        self.canaries: list[tuple[str, float]] = []
         self.next_skill: set[int] = set()
 
     # -- admin ---------------------------------------------------------------------------------------
@@ -107,6 +108,11 @@ class FakeGateway:
             self.promoted.append(version)
             return httpx.Response(200, json={"alias": "policy", "serving": version, "previous": previous,
                                              "swap_ms": 1.0})
+        if request.url.path == "/admin/canary" and request.method == "POST":
+            body = json.loads(request.content)
+            self.canaries.append((body["version"], body["fraction"]))
+            return httpx.Response(200, json={"alias": "policy", "serving": self.serving, "canary": {
+                "version": body["version"], "fraction": body["fraction"], "started_at": "2026-01-01T00:00:00Z"}})
         return httpx.Response(404, json={"detail": "not found"})
 
     def admin(self) -> Any:

@@ -9,6 +9,8 @@
   seeds (`evaluate`), an exact one-sided McNemar test and a per-slice guard (`gate`, `GateConfig`).
 - The scheduler (`Scheduler`, `trainer schedule`, `looplift up --retrain`): cron, new-data and drift
   triggers. Settings from `looplift.toml` (`load_config`, `job_config`, `schedule_config`).
+- The canary watch (`CanaryWatch`, `trainer canary`, `looplift up --retrain`): promote or drop a canary from
+  live outcomes (exact one-sided Fisher test), roll back a promotion whose live signal falls.
 - The tiny base-model builder (the embedded default) and LoRA SFT (`train_sft`).
 
 The demo's orchestration lives in the composition root (`looplift._demo`). DPO and GRPO register
@@ -31,6 +33,10 @@ _EXPORTS = {
     "build_base_model": "._base_model",
     "write_lora_adapter": "._base_model",
     "write_untrained": "._base_model",
+    "CanaryConfig": "._canary",
+    "CanaryWatch": "._canary",
+    "WatchConfig": "._canary",
+    "canary_config": "._config",
     "LoopliftConfig": "._config",
     "DistConfig": "._dist",
     "job_config": "._config",
@@ -74,6 +80,7 @@ _EXPORTS = {
 }
 
 __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
+    "CanaryConfig", "CanaryWatch", "WatchConfig", "canary_config",
     "BaseModelConfig", "CheckerVerifier", "ConfigError", "DistConfig", "EvalResult", "GateConfig", "GateDecision", "HoldoutSuite",
     "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "PublishError",
     "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler", "ScriptedPromptEnv", "SliceRow", "StopToken",
@@ -85,7 +92,8 @@ __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-e
 
 if TYPE_CHECKING:
     from ._base_model import BaseModelConfig, base_model_dir, build_base_model, write_lora_adapter, write_untrained
-    from ._config import LoopliftConfig, job_config, load_config, schedule_config
+    from ._canary import CanaryConfig, CanaryWatch, WatchConfig
+    from ._config import LoopliftConfig, canary_config, job_config, load_config, schedule_config
     from ._dist import DistConfig
     from ._eval import EvalResult, evaluate
     from ._from_holdout import HoldoutSuite, suite_from_holdout

@@ -1,5 +1,5 @@
 """`trainer` CLI (also `looplift trainer`): the retrain job (`run`), its history (`runs`), the scheduler
-(`schedule`), eval suites (`suite`), the tiny base model (`build-base`) and SFT by hand (`sft`).
+(`schedule`), the canary and its watch (`canary`), eval suites (`suite`), the tiny base model (`build-base`) and SFT by hand (`sft`).
 
 Settings come from flags, then `looplift.toml` (`--config`, ./looplift.toml, $LOOPLIFT_HOME/looplift.toml),
 then defaults; every failure is one line on stderr and a non-zero exit."""
@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from ._canary_cli import canary_app
 
 app = typer.Typer(help="Post-train the served model: the retrain job, its history, the scheduler, eval suites, "
                        "the base-model builder, SFT.",
@@ -134,6 +136,8 @@ _HOLDOUT = typer.Option(None, "--holdout", help="Export with this holdout fracti
                                                 "never train (default: what the suite file declares).")
 _ALPHA = typer.Option(None, "--alpha", help="Gate: one-sided exact McNemar significance level (0.05).")
 _SLICE_TOL = typer.Option(None, "--slice-tolerance", help="Gate: largest allowed drop of a slice's success rate (0.05).")
+_CANARY = typer.Option(None, "--canary", help="When the gate passes, send this share (0-1) of traffic to the candidate "
+                                               "instead of promoting; `trainer canary watch` decides.")
 _RUNS_DIR = typer.Option(None, "--runs-dir", help="Run history directory (default $LOOPLIFT_HOME/trainer/runs).")
 
 
@@ -174,7 +178,7 @@ def run_cmd(
     min_score: Optional[float] = _MIN_SCORE,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
-    nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
+    canary: Optional[float] = _CANARY, nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
     trigger: str = typer.Option("manual", help="Recorded as the run's trigger (e.g. `cron` from a systemd timer)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -188,8 +192,8 @@ def run_cmd(
 
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
                       app=app_name, min_reward=min_reward, min_score=min_score, min_examples=min_examples,
-                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, nproc=nproc,
-                      strategy=strategy)
+                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, canary=canary,
+                      nproc=nproc, strategy=strategy)
     stop = StopToken()
     try:
         with sigterm_stops(stop):
@@ -305,16 +309,40 @@ def schedule_cmd(
                           status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     console.print(f"scheduler: cron={sched.cron} new-data={sched.new_data} drift={sched.drift}; polling every "
                   f"{sched.poll_s:g} s", highlight=False)
+    watch = _canary_watch(job, config)  # decides the canaries a job with --canary starts, watches promotions
     try:
         with sigterm_stops(scheduler.token):
             scheduler.run(max_runs=max_runs)
     except JobInterrupted as e:
         _fail(f"stopped by {e}; a running job was recorded as interrupted, the serving version is untouched", 143)
+    finally:
+        watch.stop()
+
+
+def _canary_watch(job: object, config: Optional[Path]) -> Any:
+    """The canary watch (`[canary]` settings) in a thread beside the scheduler."""
+    from server import AdminClient
+
+    from ._canary import CanaryWatch
+    from ._config import canary_config, load_config
+    from .errors import TrainerError
+
+    try:
+        settings = canary_config(load_config(config))
+    except TrainerError as e:
+        _fail(str(e), 2)
+    j: Any = job
+    watch = CanaryWatch(j.collector_db, lambda: AdminClient(j.gateway_url, j.admin_token), app=j.app,
+                        runs_dir=j.runs_dir, config=settings,
+                        status=lambda m: console.print(f"[dim]canary: {escape(m)}[/dim]", highlight=False))
+    watch.start_thread()
+    return watch
 
 
 suite_app = typer.Typer(help="Eval suites: build a prompt suite from held-out production data, check one.",
                         no_args_is_help=True)
 app.add_typer(suite_app, name="suite")
+app.add_typer(canary_app, name="canary")
 
 
 @suite_app.command("from-holdout")

@@ -21,6 +21,7 @@ are relative to the file's directory.
     runs_dir = "runs"                # default $LOOPLIFT_HOME/trainer/runs
     eval_seed = 0                    # default: the suite's sampling seed, else 0
     eval_concurrency = 16
+    canary = 0.1                     # gate passed: canary at this share of traffic instead of promoting
     nproc = 1                        # train on N processes (devices) under torchrun
     strategy = "ddp"                 # with nproc > 1: ddp | fsdp
 
@@ -35,6 +36,15 @@ are relative to the file's directory.
     drift_window = "24h"             # over this window (s, m, h, d)
     drift_min_episodes = 30          # fewer live episodes: no drift decision
     poll = "30s"                     # how often triggers are checked
+
+    [canary]                         # `trainer canary watch`, `looplift up`: live canary decisions + rollback watch
+    alpha = 0.05                     # one-sided exact Fisher level (promote: better; drop: worse)
+    min_samples = 30                 # live episodes per side before any decision
+    max_samples = 400                # per side; still undecided: drop
+    watch = "1h"                     # after a promotion, roll back within this window when live success falls
+    watch_min_samples = 30           # ... over at least this many episodes
+    watch_tolerance = 0.10           # ... more than this below what the gate (else the canary) measured
+    poll = "15s"
 
     [sft]                            # trainer.SFTConfig fields: rank, alpha, dropout, lr, steps, batch_size, seed, max_len
 """
@@ -55,6 +65,7 @@ from . import _defaults as D
 from .errors import ConfigError
 
 if TYPE_CHECKING:
+    from ._canary import CanaryConfig
     from ._job import JobConfig
     from ._schedule import ScheduleConfig
 
@@ -63,11 +74,14 @@ _NUM = (int, float)
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
                 "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_score": _NUM, "min_examples": (int,),
-                "holdout": _NUM, "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "nproc": (int,),
+                "holdout": _NUM, "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM,
+                "nproc": (int,),
                 "strategy": (str,)},
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
+    "canary": {"alpha": _NUM, "min_samples": (int,), "max_samples": (int,), "watch": (str, *_NUM),
+               "watch_min_samples": (int,), "watch_tolerance": _NUM, "poll": (str, *_NUM)},
     "sft": {},  # filled from trainer.SFTConfig's fields when a file has [sft] (importing sft imports torch)
 }
 _PATH_KEYS = {("trainer", "base_model"), ("trainer", "runs_dir")}
@@ -81,6 +95,7 @@ class LoopliftConfig:
     trainer: dict[str, Any] = field(default_factory=dict)
     gate: dict[str, Any] = field(default_factory=dict)
     schedule: dict[str, Any] = field(default_factory=dict)
+    canary: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
 
 
@@ -194,6 +209,9 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
                           slice_tolerance=float(pick(flags.get("slice_tolerance"), cfg.gate, "slice_tolerance",
                                                      D.GATE_SLICE_TOLERANCE)))
         sft = SFTConfig(**cfg.sft)
+        canary = None if t.get("canary") is None else float(t["canary"])
+        if canary is not None and not 0.0 < canary < 1.0:
+            raise ValueError(f"canary must be a share of traffic strictly between 0 and 1, got {canary}")
         dist = DistConfig(nproc=int(t.get("nproc", D.NPROC)), strategy=t.get("strategy", D.STRATEGY))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
@@ -205,7 +223,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         min_score=None if t.get("min_score") is None else float(t["min_score"]),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
-        sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, dist=dist,
+        sft=sft, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary, dist=dist,
     )
 
 
@@ -220,3 +238,16 @@ def schedule_config(cfg: LoopliftConfig, **flags: Any) -> "ScheduleConfig":
         drift_min_episodes=int(s.get("drift_min_episodes", D.DRIFT_MIN_EPISODES)),
         poll_s=parse_duration(s.get("poll", D.POLL_S), "poll"),
     )
+
+
+def canary_config(cfg: LoopliftConfig, **flags: Any) -> "CanaryConfig":
+    """The `CanaryConfig` from command-line `flags` (named like the `[canary]` keys), then the file."""
+    from ._canary import CanaryConfig, WatchConfig
+
+    c = {**cfg.canary, **{k: v for k, v in flags.items() if v is not None}}
+    watch = WatchConfig(window_s=parse_duration(c.get("watch", D.CANARY_WATCH_S), "watch"),
+                        min_samples=int(c.get("watch_min_samples", D.CANARY_WATCH_MIN_SAMPLES)),
+                        tolerance=float(c.get("watch_tolerance", D.CANARY_WATCH_TOLERANCE)))
+    return CanaryConfig(alpha=float(c.get("alpha", D.CANARY_ALPHA)), min_samples=int(c.get("min_samples", D.CANARY_MIN_SAMPLES)),
+                        max_samples=int(c.get("max_samples", D.CANARY_MAX_SAMPLES)), watch=watch,
+                        poll_s=parse_duration(c.get("poll", D.CANARY_POLL_S), "poll"))

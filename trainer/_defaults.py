@@ -55,3 +55,21 @@ CONFIG_ENV = "LOOPLIFT_CONFIG"
 # ---- prompt suites -----------------------------------------------------------------------------
 #: Completion tokens per turn in a prompt-only suite built from held-out data.
 PROMPT_MAX_TOKENS = 128
+
+# ---- the canary watch ----------------------------------------------------------------------------
+#: One-sided level of the live exact Fisher test: promote when the candidate is better with p <= this,
+#: drop when it is worse with p <= this.
+CANARY_ALPHA = 0.05
+#: Live episodes (with a verifier outcome, else with a rating) each side needs before any canary decision.
+CANARY_MIN_SAMPLES = 30
+#: Once both sides have this many episodes and neither test decided, the candidate is dropped (not shown
+#: better live; the serving version stays).
+CANARY_MAX_SAMPLES = 400
+#: After a promotion, how long (seconds) its live signal is watched for an automatic rollback.
+CANARY_WATCH_S = 3600.0
+#: Live episodes after the promotion before the watch may roll back.
+CANARY_WATCH_MIN_SAMPLES = 30
+#: Roll back when live success falls more than this (absolute, 0-1) below the gate's measurement.
+CANARY_WATCH_TOLERANCE = 0.10
+#: Seconds between two looks of `trainer canary watch`.
+CANARY_POLL_S = 15.0

@@ -15,8 +15,8 @@ McNemar test, one-sided (is the candidate *better*?), gives
 and the gate promotes only when b > c and p <= alpha, and no declared slice (task group) loses more
 than `slice_tolerance` of success rate. Figures on 100 tasks with alpha 0.05: 39% -> 92% (b=53, c=0)
 gives p = 1.1e-16 and promotes; 92% -> 93% (b=1, c=0) gives p = 0.5 and does not; the smallest clean
-win that promotes is b=5, c=0 (p = 1/32). The binomial tail is exact integer arithmetic (math.comb),
-so no scipy is needed.
+win that promotes is b=5, c=0 (p = 1/32). The binomial tail is exact integer arithmetic (`sdk.mcnemar_p`,
+the one copy the live canary's test shares), so no scipy is needed.
 
 Deliberately left out: two-sided tests (we never promote a worse version, so only one side matters),
 multiple-comparison corrections across slices (slices are a guard against regressions, not a second
@@ -25,9 +25,10 @@ test), and sequential testing (a run evaluates once; a rejected candidate is sim
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
+
+from sdk import mcnemar_p
 
 from . import _defaults as D
 
@@ -87,17 +88,6 @@ class GateDecision:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
-
-
-def mcnemar_p(b: int, c: int) -> float:
-    """One-sided exact McNemar p-value: P(X >= b) for X ~ Binomial(b + c, 1/2); 1.0 with no discordant pair."""
-    if b < 0 or c < 0:
-        raise ValueError(f"discordant counts must be >= 0, got b={b} c={c}")
-    n = b + c
-    if n == 0:
-        return 1.0
-    # Exact integers, then one correctly rounded division (fine for any n a suite can have).
-    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n
 
 
 def _rate(values: list[bool]) -> float:

@@ -8,7 +8,8 @@ Cron, a Kubernetes CronJob, `trainer schedule` and the demo call the same functi
     4. train     `TrainStep.train` -> a LoRA adapter (the only algorithm-specific stage)
     5. load      the adapter into the gateway as a new, unserved version (refused -> PublishError)
     6. gate      candidate and serving version on the app's eval suite, same tasks and seeds (`_gate`)
-    7. promote   only if the gate says so
+    7. promote   only if the gate says so (with `canary` set: start a canary of that share of the traffic
+                 instead; the canary watch, `_canary`, then promotes or drops it from live outcomes)
 
 A run's state lives in `<runs>/<run_id>/` (see `_runs`): the resolved config, the data, the adapter and
 `result.json`, written last with the status, the reason and every gate figure. A stop request (SIGTERM,
@@ -84,6 +85,9 @@ class JobConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     runs_dir: Optional[Path] = None
     """Default `$LOOPLIFT_HOME/trainer/runs`."""
+    canary: Optional[float] = None
+    """When the gate passes, send this share (0-1) of the alias's traffic to the candidate instead of promoting
+    it (status "canary"); the canary watch decides from live outcomes."""
     dist: DistConfig = field(default_factory=DistConfig)
     """Processes the train stage runs on (torchrun when > 1) and how the model is spread over them."""
 
@@ -94,7 +98,8 @@ class JobResult:
 
     run_id: str
     status: str
-    """"promoted", "rejected" (the gate said no), "skipped", "interrupted" or "failed"."""
+    """"promoted", "canary" (gate passed, now a canary), "rejected" (the gate said no), "skipped", "interrupted"
+    or "failed"."""
     reason: str
     trigger: str = "manual"
     algo: str = D.ALGO
@@ -281,6 +286,11 @@ class _Run:
                                                                                  "serving": serv.errors}})
         if not decision.promote:
             return dataclasses.replace(self.partial, status="rejected", reason=decision.reason)
+        if cfg.canary is not None:
+            self._enter(f"starting a canary of {candidate} at {cfg.canary:.0%}")
+            admin.start_canary(candidate, cfg.canary)
+            return dataclasses.replace(self.partial, status="canary",
+                                       reason=f"gate passed; canary at {cfg.canary:.0%} of live traffic: {decision.reason}")
         self._enter(f"promoting {candidate}")
         with self.token.critical(), (self.around_promote() if self.around_promote else contextlib.nullcontext()):
             admin.promote(candidate)

@@ -29,7 +29,7 @@ from typing import Any, Optional
 from sdk import looplift_home
 
 #: Runs that decided on their data: the same inputs again are "nothing new".
-DECIDED = ("promoted", "rejected")
+DECIDED = ("promoted", "canary", "rejected")
 
 
 def default_runs_dir(runs_dir: Optional[Path] = None) -> Path:

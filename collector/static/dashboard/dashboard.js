@@ -134,9 +134,9 @@ function drawVersions(v) {
     const hx = x(Date.parse(h.at)), c = marker[h.action] || "#6b7280";
     svg.append(title(s("line", { class: h.action === "load" ? "" : "mark", x1: hx, x2: hx, y1: m.t, y2: 300 - m.b, stroke: c,
                                  "stroke-width": h.action === "load" ? 1 : 2, "stroke-dasharray": h.action === "promote" ? "" : "4 3" }),
-                     `${when(h.at)} ${h.action} ${h.version}${h.previous ? ` (was ${h.previous})` : ""}${h.detail ? `: ${h.detail}` : ""}`));
+                     `${when(h.at)} ${h.action}${h.canary ? ` ${h.canary}` : ""} ${h.version}${h.previous ? ` (was ${h.previous})` : ""}${h.detail ? `: ${h.detail}` : ""}`));
     // Along the bottom, staggered: the points (high success) sit near the top.
-    if (h.action !== "load") svg.append(s("text", { x: hx + 3, y: 300 - m.b - 6 - 13 * (row++ % 4), fill: c }, `${h.action} ${h.version}`));
+    if (h.action !== "load") svg.append(s("text", { x: hx + 3, y: 300 - m.b - 6 - 13 * (row++ % 4), fill: c }, `${h.action}${h.canary ? ` ${h.canary}` : ""} ${h.version}`));
   }
   // The gate-measured success of whatever served, as a step line.
   const steps = [];
