@@ -150,11 +150,12 @@ def serve_relay(vllm_url: str) -> None:
 
 
 class Child:
-    """A child process serving HTTP on a port it prints; `cpu_ns()` is the CPU time of all its threads so far."""
+    """A child process serving HTTP on a port it prints; `cpu_ns()` is the CPU time of all its threads so far.
+    It runs `script` (default: this file) with `args`."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, script: str = __file__) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, *args],
+            [sys.executable, script, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         assert self.proc.stdout is not None
@@ -268,10 +269,14 @@ class Row:
     relay_cpu_ms_per_request: float
 
 
-def row(mode: str, c: int, res: dict[str, list[Sample]], cpu_ns: dict[str, int]) -> Row:
+def latencies(res: dict[str, list[Sample]]) -> tuple[dict[str, list[float]], dict[str, float], dict[str, float]]:
+    """Per target: the totals in ms, their p50 and their p99."""
     ms = {k: [s.total_s * 1000 for s in v] for k, v in res.items()}
-    p50 = {k: statistics.median(v) for k, v in ms.items()}
-    p99 = {k: pct(v, 99) for k, v in ms.items()}
+    return ms, {k: statistics.median(v) for k, v in ms.items()}, {k: pct(v, 99) for k, v in ms.items()}
+
+
+def row(mode: str, c: int, res: dict[str, list[Sample]], cpu_ns: dict[str, int]) -> Row:
+    ms, p50, p99 = latencies(res)
     fb = None
     if mode == "stream":
         fb = (statistics.median(s.first_byte_s for s in res["gateway"])
@@ -437,13 +442,31 @@ def tiny_model_home(console: Console, prefix: str) -> Iterator[tuple[Path, Path]
         yield home, model
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def load_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of the load both gateway benchmarks send: --n, --concurrency, --per-worker, --rounds,
+    --max-tokens."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=300, help="c=1: requests per target and mode")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--per-worker", type=int, default=3, help="requests per worker per round at c>1")
     ap.add_argument("--rounds", type=int, default=16, help="rounds per target at c>1 (order reversed every round)")
     ap.add_argument("--max-tokens", type=int, default=4)
+    return ap
+
+
+def write_results(console: Console, path: Path, load_before: tuple[float, float, float], elapsed: float,
+                  config: dict[str, Any], **parts: Any) -> None:
+    """Write a results file: the machine, the config, `parts` (figures), the duration and a timestamp."""
+    out = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                       "load_avg_before": load_before, "load_avg_after": os.getloadavg()},
+           "config": config, **parts, "seconds": round(elapsed, 1),
+           "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    atomic_write_json(path, out)
+    console.print(f"wrote {path}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = load_parser(__doc__)
     ap.add_argument("--profile", type=Path, default=None, help="py-spy collapsed stacks of the gateway go here")
     ap.add_argument("--profile-seconds", type=float, default=20.0)
     ap.add_argument("--json-out", type=Path, default=ROOT / "bench" / "results" / "gateway.json")
@@ -509,20 +532,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     verdict = "met" if c1.added_p50_ms <= TARGET_ADDED_P50_MS else "missed"
     console.print(f"target <= {TARGET_ADDED_P50_MS} ms p50 added at c=1 (non-stream): {c1.added_p50_ms:+.2f} ms, {verdict}; "
                   f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; took {elapsed:.0f} s")
-    out = {
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "load_avg_before": load_before, "load_avg_after": os.getloadavg()},
-        "config": {"n": args.n, "concurrency": args.concurrency, "per_worker": args.per_worker,
-                   "rounds": args.rounds, "max_tokens": args.max_tokens},
-        "vllm": {"startup_s": vllm.startup_s, "warmup_s": warmup_s},
-        "target_added_p50_ms_c1": TARGET_ADDED_P50_MS,
-        "results": [asdict(r) for r in rows],
-        "profile": prof,
-        "seconds": round(elapsed, 1),
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-    atomic_write_json(args.json_out, out)
-    console.print(f"wrote {args.json_out}")
+    write_results(console, args.json_out, load_before, elapsed,
+                  {"n": args.n, "concurrency": args.concurrency, "per_worker": args.per_worker, "rounds": args.rounds,
+                   "max_tokens": args.max_tokens},
+                  vllm={"startup_s": vllm.startup_s, "warmup_s": warmup_s}, target_added_p50_ms_c1=TARGET_ADDED_P50_MS,
+                  results=[asdict(r) for r in rows], profile=prof)
     return 0
 
 

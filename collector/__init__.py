@@ -30,6 +30,7 @@ from .errors import (
     ExportError,
     MigrationError,
     StorageError,
+    UnknownResponseError,
     UnknownTrajectoryError,
     UnsupportedFormatError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "ServerHandle",
     "StorageError",
     "Store",
+    "UnknownResponseError",
     "UnknownTrajectoryError",
     "UnsupportedFormatError",
     "WindowStats",

@@ -1,4 +1,4 @@
-"""The collector's HTTP API: ingest, feedback, stats, health.
+"""The collector's HTTP API: ingest, feedback (by trajectory id or captured response id), stats, health.
 
 `POST /v1/trajectories` reads the body under a size cap (413 past it), refuses a declared
 non-JSON media type or a compressed body (415), validates it as a `TrajectoryBatch` (422 naming
@@ -37,14 +37,14 @@ from sdk import Feedback, IngestResult, TrajectoryBatch
 from . import _defaults
 from ._store import Store, open_store
 from ._settings import CollectorSettings
-from .errors import StorageError, UnknownTrajectoryError
+from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
 
 
 class FeedbackResult(BaseModel):
     """Response of `POST /v1/feedback`."""
 
     id: int
-    trajectory_id: str
+    trajectory_id: str | None
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -231,15 +231,23 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         openapi_extra={"requestBody": feedback_schema},
     )
     async def feedback(request: Request) -> Any:
-        """Join late user feedback to a stored trajectory (404 if the id is unknown)."""
+        """Join late user feedback to a stored trajectory, named by its id or by a captured completion's
+        `response_id` (404 if unknown)."""
         body = await read_body(request)
         try:
             fb = Feedback.model_validate_json(body)
         except ValidationError as e:
             return _parse_error(body, e, "feedback")
         try:
+            if fb.trajectory_id is None:  # resolved here too, for the response; add_feedback re-checks
+                assert fb.response_id is not None
+                tid = await run_in_threadpool(the_store.resolve_response, fb.response_id)
+                if tid is None:
+                    raise UnknownResponseError(fb.response_id)
+                fb = Feedback(trajectory_id=tid, rating=fb.rating, correction=fb.correction, text=fb.text,
+                              key_id=fb.key_id)
             fid = await run_in_threadpool(the_store.add_feedback, fb)
-        except UnknownTrajectoryError as e:
+        except (UnknownTrajectoryError, UnknownResponseError) as e:
             raise HTTPException(status_code=404, detail=str(e)) from e
         return FeedbackResult(id=fid, trajectory_id=fb.trajectory_id)
 

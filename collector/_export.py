@@ -25,7 +25,8 @@ Pipeline, in this order (each step's drops are counted per reason in the manifes
 Formats (one JSON object per line):
 
 - `sft`: `{"id", "task_id", "app", "served_version", "reward", "score", "corrected", "messages"}`,
-  messages in OpenAI chat format (tool calls included), ordered by (ingest time, id). With a
+  messages in OpenAI chat format (tool calls included), ordered by (ingest time, id), plus `"tools"` (the
+  OpenAI function specs the conversation was given) when the trajectory's metadata records them. With a
   user correction (`corrections=True`, the default) the line is the prompt (the messages
   before the first assistant message) plus the correction as the assistant's answer.
 - `dpo`: `{"task_id", "prompt", "chosen", "rejected", "chosen_id", "rejected_id", "chosen_score",

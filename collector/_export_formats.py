@@ -53,8 +53,12 @@ def sft_line(row: Row) -> dict[str, Any]:
     corrected = row.correction is not None
     if corrected:
         ms = ms[: _prompt_len(ms)] + [{"role": "assistant", "content": row.correction}]
-    return {"id": row.id, "task_id": row.task_id, "app": row.app, "served_version": row.version,
+    line = {"id": row.id, "task_id": row.task_id, "app": row.app, "served_version": row.version,
             "reward": row.reward, "score": row.score, "corrected": corrected, "messages": _msgs(ms)}
+    tools = (row.data.get("metadata") or {}).get("tools")
+    if tools and not corrected:  # the tools the conversation was given (captured traffic records them)
+        line["tools"] = tools
+    return line
 
 
 def _completion(row: Row) -> list[dict[str, Any]]:

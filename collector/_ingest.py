@@ -32,9 +32,10 @@ from sqlalchemy.engine import Engine
 
 from sdk import IngestResult, Trajectory
 
+from . import _capture_rows
 from ._anonymize import Anonymizer
 from ._engine import short_error
-from ._schema import TrajectoryRow, to_naive_utc, utcnow
+from ._schema import ResponseIdRow, TrajectoryRow, to_naive_utc, utcnow
 from ._score import score_trajectory
 from .errors import StorageError
 
@@ -93,24 +94,36 @@ def trajectory_row(t: Trajectory, now: datetime, anonymizer: Anonymizer | None) 
     }
 
 
-def insert_statement(dialect: str) -> Any:
-    """`INSERT .. ON CONFLICT (id) DO NOTHING RETURNING id` for `dialect` (the idempotent insert)."""
+def dialect_insert(dialect: str, table: Any) -> Any:
+    """`INSERT` into `table` with the dialect's `ON CONFLICT` support (SQLite or PostgreSQL)."""
     if dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert
     elif dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
         raise StorageError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
-    return insert(TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
+    return insert(table)
+
+
+def insert_statement(dialect: str) -> Any:
+    """`INSERT .. ON CONFLICT (id) DO NOTHING RETURNING id` for `dialect` (the idempotent insert)."""
+    return dialect_insert(dialect, TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
 
 
 def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories: Sequence[Trajectory],
-                     on_stored: Callable[[list[dict[str, Any]]], None] | None = None) -> IngestResult:
+                     on_stored: Callable[[list[dict[str, Any]]], None] | None = None,
+                     recompose: Callable[[Any], Any] | None = None) -> IngestResult:
     """Store `trajectories` in one transaction, idempotently by id (see the module docstring).
 
     Ids already stored (or repeated within the batch) count as duplicates and are not rewritten:
-    within a batch the first occurrence wins. `anonymizer=None` stores the text as given (only for
-    data that was anonymized already). `on_stored`, when given, gets the inserted rows after the commit.
+    within a batch the first occurrence wins. The one exception is a revisable trajectory (a session
+    the gateway captured, which grows with every exchange and is re-sent under the same id, see
+    `_capture_rows`): one with more messages than the stored row replaces it and counts as accepted;
+    `recompose(where)`, the UPDATE that recomposes scores with the joined feedback, runs on the
+    replaced rows in the same transaction. The completion ids listed in `metadata.response_ids` are
+    linked to their trajectory, so feedback can name them. `anonymizer=None` stores the text as given
+    (only for data that was anonymized already). `on_stored`, when given, gets the inserted (or
+    replacing) rows after the commit.
 
     Returns:
         `IngestResult` with `ids` listing every id of the batch, in order (all are now stored).
@@ -123,19 +136,34 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
         return IngestResult(accepted=0, duplicates=0, ids=[])
     unique: dict[str, Trajectory] = {}
     for t in trajectories:
-        unique.setdefault(t.id, t)
+        kept = unique.get(t.id)
+        if kept is None or (_capture_rows.revisable(t) and len(t.messages) > len(kept.messages)):
+            unique[t.id] = t  # of a session's revisions in one batch, the longest
+    tr = TrajectoryRow
     try:
         with engine.connect() as conn:
-            q = sa.select(TrajectoryRow.id).where(TrajectoryRow.id.in_(list(unique)))  # type: ignore[attr-defined]
-            stored = set(conn.execute(q).scalars())
+            q = sa.select(tr.id, tr.n_messages).where(tr.id.in_(list(unique)))  # type: ignore[attr-defined]
+            stored = dict(conn.execute(q).tuples().all())
         now = utcnow()
         rows = [trajectory_row(t, now, anonymizer) for tid, t in unique.items() if tid not in stored]
+        grown = [trajectory_row(t, now, anonymizer) for tid, t in unique.items()
+                 if tid in stored and _capture_rows.revisable(t) and len(t.messages) > stored[tid]]
         inserted: set[str] = set()
-        if rows:
+        replaced: list[str] = []
+        if rows or grown:
+            dialect = engine.dialect.name
             with engine.begin() as conn:
-                inserted = set(conn.execute(insert_statement(engine.dialect.name), rows).scalars().all())
+                if rows:
+                    inserted = set(conn.execute(insert_statement(dialect), rows).scalars().all())
+                if grown:
+                    replaced = _capture_rows.replace_grown(conn, grown)
+                    if replaced and recompose is not None:
+                        conn.execute(recompose(tr.id.in_(replaced)))  # type: ignore[attr-defined]
+                _capture_rows.link_responses(conn, dialect_insert(dialect, ResponseIdRow),
+                                             [unique[i] for i in (*inserted, *replaced)])
     except sa.exc.SQLAlchemyError as e:
         raise StorageError(f"could not store {len(ids)} trajectories: {short_error(e)}") from e
-    if on_stored is not None and inserted:
-        on_stored([r for r in rows if r["id"] in inserted])
-    return IngestResult(accepted=len(inserted), duplicates=len(ids) - len(inserted), ids=ids)
+    done = inserted | set(replaced)
+    if on_stored is not None and done:
+        on_stored([r for r in rows + grown if r["id"] in done])
+    return IngestResult(accepted=len(done), duplicates=len(ids) - len(done), ids=ids)

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from . import _defaults
 from ._anonymize import anonymize_text
 from ._engine import short_error
-from ._schema import FeedbackRow, TrajectoryRow, to_naive_utc
+from ._schema import FeedbackRow, ResponseIdRow, TrajectoryRow, to_naive_utc
 from .errors import ConfigError, StorageError
 
 
@@ -194,6 +194,7 @@ def _purge_batches(engine: Engine, cond: Any, cutoff: datetime | None, where: di
                 # A trajectory and its feedback go together, in one short transaction.
                 with writer.begin():
                     n_f += writer.execute(sa.delete(f).where(f.trajectory_id.in_(ids))).rowcount  # type: ignore[attr-defined]
+                    writer.execute(sa.delete(ResponseIdRow).where(ResponseIdRow.trajectory_id.in_(ids)))  # type: ignore[attr-defined]
                     n_t += writer.execute(sa.delete(t).where(t.id.in_(ids))).rowcount  # type: ignore[attr-defined]
         finally:
             if sqlite:

@@ -1,8 +1,9 @@
 """The collector's tables (SQLModel) and the one timestamp convention they share.
 
-Three tables: `trajectories` (one anonymized trajectory per row, its JSON in `data` plus the columns
-that queries filter, group and order on), `feedback` (late user feedback, joined by trajectory id)
-and `score_models` (fitted quality models and clusterers as JSON). Every timestamp column holds
+Four tables: `trajectories` (one anonymized trajectory per row, its JSON in `data` plus the columns
+that queries filter, group and order on), `feedback` (late user feedback, joined by trajectory id),
+`response_ids` (a captured completion's id -> its trajectory, `_capture_rows`) and `score_models`
+(fitted quality models and clusterers as JSON). Every timestamp column holds
 naive UTC (`utcnow`, `to_naive_utc`): SQLite keeps no zone, and one convention on both dialects
 keeps keyset comparisons exact.
 
@@ -80,6 +81,16 @@ class FeedbackRow(_CollectorModel, table=True):
     correction: str | None = Field(default=None, sa_type=sa.Text)
     text: str | None = Field(default=None, sa_type=sa.Text)
     created_at: datetime = Field(sa_type=sa.DateTime())
+    key_id: str | None = Field(default=None, sa_type=sa.String(64), description="the gateway API key that sent it")
+
+
+class ResponseIdRow(_CollectorModel, table=True):
+    """A captured completion's id -> the trajectory holding it (from `metadata.response_ids`, `_capture_rows`)."""
+
+    __tablename__ = "response_ids"
+
+    response_id: str = Field(sa_type=sa.String(256), primary_key=True)
+    trajectory_id: str = Field(sa_type=sa.String(128), index=True)
 
 
 class ScoreModelRow(_CollectorModel, table=True):

@@ -29,14 +29,14 @@ from sqlmodel import Session, select
 
 from sdk import Feedback, IngestResult, Trajectory
 
-from . import _defaults, _ingest, _purge
+from . import _capture_rows, _defaults, _ingest, _purge
 from ._anonymize import Anonymizer, default_anonymizer
 from ._engine import make_engine, short_error
 from ._migrate import migrate
 from ._purge import PurgeResult
 from ._schema import FeedbackRow, ScoreModelRow, TrajectoryRow, to_naive_utc, utcnow
 from ._score import SOURCES, score_sql
-from .errors import StorageError, UnknownTrajectoryError
+from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
 
 
 @dataclass(frozen=True)
@@ -144,32 +144,46 @@ class Store:
             `IngestResult` with `ids` listing every id of the batch, in order (all are now stored).
         """
         on_stored = (lambda rows: self._notify("trajectories", rows)) if self.listeners else None
-        return _ingest.add_trajectories(self.engine, self.anonymizer if anonymize else None, trajectories, on_stored)
+        return _ingest.add_trajectories(self.engine, self.anonymizer if anonymize else None, trajectories, on_stored,
+                                        lambda where: self._recompose(where, with_rating=True))
+
+    def resolve_response(self, response_id: str) -> str | None:
+        """The id of the trajectory holding the captured completion `response_id`, or None."""
+        with self.engine.connect() as conn:
+            return _capture_rows.resolve(conn, response_id)
 
     def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> int:
-        """Store feedback for a stored trajectory; returns the feedback row id.
+        """Store feedback for a stored trajectory (named by its id, or by a captured completion's
+        `response_id`); returns the feedback row id.
 
         Raises:
             UnknownTrajectoryError: the trajectory id is not stored.
+            UnknownResponseError: no stored trajectory holds that response id.
         """
         correction, text = fb.correction, fb.text
         if anonymize:  # one replacement map for both, like the strings of one trajectory
             correction, text = self.anonymizer.strings(correction, text)
         t, f = TrajectoryRow, FeedbackRow
+        target = fb.trajectory_id
         try:
             # Read-then-write in one transaction: on SQLite it must hold the write lock from the
             # start (IMMEDIATE), or a batch committed by ingest between the two fails the insert
             # with "database is locked" at once (a third of feedback under load, measured).
             with self.engine.connect() as conn, conn.execution_options(sqlite_immediate=True).begin():
-                if conn.execute(sa.select(t.id).where(t.id == fb.trajectory_id)).first() is None:
-                    raise UnknownTrajectoryError(fb.trajectory_id)
-                values = {"trajectory_id": fb.trajectory_id, "rating": fb.rating, "correction": correction, "text": text,
-                          "created_at": utcnow()}
+                if target is None:
+                    assert fb.response_id is not None  # Feedback validates: exactly one of the two
+                    target = _capture_rows.resolve(conn, fb.response_id)
+                    if target is None:
+                        raise UnknownResponseError(fb.response_id)
+                if conn.execute(sa.select(t.id).where(t.id == target)).first() is None:
+                    raise UnknownTrajectoryError(target)
+                values = {"trajectory_id": target, "rating": fb.rating, "correction": correction, "text": text,
+                          "created_at": utcnow(), "key_id": fb.key_id}
                 fid = int(conn.execute(sa.insert(f).values(**values).returning(f.id)).scalar_one())
                 # The same transaction recomposes the trajectory's score with the new rating.
-                conn.execute(self._recompose(t.id == fb.trajectory_id, with_rating=True))
+                conn.execute(self._recompose(t.id == target, with_rating=True))
         except sa.exc.SQLAlchemyError as e:
-            raise StorageError(f"could not store feedback for trajectory {fb.trajectory_id!r}: {short_error(e)}") from e
+            raise StorageError(f"could not store feedback for trajectory {target!r}: {short_error(e)}") from e
         if self.listeners:
             self._notify("feedback", values | {"id": fid})
         return fid

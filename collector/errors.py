@@ -5,6 +5,7 @@
     ├── StorageError               the database could not be opened, migrated or written
     │   └── MigrationError         Alembic could not bring the schema to `head`
     ├── UnknownTrajectoryError     feedback or a lookup named a trajectory id that is not stored
+    ├── UnknownResponseError       feedback named a response id no captured trajectory holds
     └── ExportError                `export()` could not write its output
         └── UnsupportedFormatError the export format is not one of sft, dpo, grpo (also a ValueError)
 
@@ -38,6 +39,18 @@ class UnknownTrajectoryError(CollectorError, LookupError):
         super().__init__(
             f"unknown trajectory id {trajectory_id!r}: feedback joins an already ingested trajectory; "
             "send the trajectory to POST /v1/trajectories first (the SDK spool does this on flush)"
+        )
+
+
+class UnknownResponseError(CollectorError, LookupError):
+    """No stored trajectory holds a completion with this response id (feedback by `response_id`)."""
+
+    def __init__(self, response_id: str) -> None:
+        self.response_id = response_id
+        super().__init__(
+            f"unknown response id {response_id!r}: no captured exchange has it. Feedback by response id joins "
+            "completions the gateway captured: start it with capture on (`looplift up --capture`, or a capture "
+            "key), and send the `id` of the chat completion exactly as the client received it"
         )
 
 

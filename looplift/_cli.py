@@ -11,9 +11,11 @@ one (`sdk.infra.spawn_tied`), so even a SIGKILL leaves nothing behind.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -157,6 +159,17 @@ def up(
                                                                  "a prompt-suite .jsonl; default [trainer].eval)."),
     config: Optional[Path] = typer.Option(None, "--config", help="looplift.toml (default ./looplift.toml, then "
                                                                  "$LOOPLIFT_HOME/looplift.toml)."),
+    capture: bool = typer.Option(False, "--capture", help="Capture every /v1/chat/completions exchange as collector data "
+                                                          "(sessions stitched by X-Looplift-Session; feedback by "
+                                                          "response id at POST /v1/feedback)."),
+    capture_key: list[str] = typer.Option([], "--capture-key", help="Capture only the traffic of this API key id "
+                                                                     "(k-..., printed at start; repeatable)."),
+    tool_call_parser: str = typer.Option("auto", "--tool-call-parser", help="vLLM tool-call parser (hermes, pythonic, "
+                                                                            "llama3_json, mistral, ...); 'auto' reads it "
+                                                                            "from the model's chat template, 'none' "
+                                                                            "turns tool calls off."),
+    insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys "
+                                                            "(anyone who reaches it can use the model and teach it)."),
     replicas: int = typer.Option(1, "--replicas", min=0, help="Local vLLM servers to start. With more than one upstream "
                                  "in all, the gateway routes each request to the least busy healthy one (same "
                                  "X-Looplift-Session, same replica), retries a request a dying replica failed, restarts "
@@ -167,7 +180,10 @@ def up(
                                                  "names them (a shared volume). A vLLM with its own data parallelism or "
                                                  "a router (vllm-router, llm-d) is one upstream."),
 ) -> None:
-    """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C / SIGTERM."""
+    """Start vLLM, the gateway and the collector on this machine and keep them running until Ctrl-C / SIGTERM.
+
+    A --host other than loopback needs API keys ($LOOPLIFT_API_KEYS, comma-separated) or --insecure: captured
+    traffic and feedback become training data."""
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
     upstreams = tuple(u.rstrip("/") for u in upstream or ())
@@ -181,15 +197,42 @@ def up(
             raise _fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
     if model is not None and not (model / "config.json").is_file():
         raise _fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
+    opts = _UpOptions(capture=capture, capture_keys=tuple(capture_key), tool_call_parser=tool_call_parser,
+                      insecure=insecure)
     try:
+        gateway_settings = _gateway_settings(host, opts)  # an open endpoint is refused before anything starts
         plan = _plan_retrain(config, retrain, eval_spec)  # a bad cron or suite fails before anything starts
-        _up(model, host, gateway_port, collector_port, sandbox, plan, replicas, upstreams)
+        _up(model, host, gateway_port, collector_port, sandbox, plan, gateway_settings, opts, replicas, upstreams)
     except Shutdown as s:
         console.print(f"stopped ({s}); everything `looplift up` started has exited", highlight=False)
     except Exception as e:
         if not _known(e):
             raise
         raise _fail(_one_line(e)) from None
+
+
+@dataclass(frozen=True)
+class _UpOptions:
+    capture: bool = False
+    capture_keys: tuple[str, ...] = ()
+    tool_call_parser: str = "auto"
+    insecure: bool = False
+
+
+def _gateway_settings(host: str, opts: _UpOptions) -> Any:
+    """The gateway's settings for `up`; raises `server.InsecureBindError` for an open, keyless endpoint and
+    `typer.Exit` for a capture key id that is not one of the configured keys'."""
+    from server import GatewaySettings, check_bind, key_id
+
+    settings = GatewaySettings.from_env()
+    check_bind(host, settings.api_keys, insecure=opts.insecure)
+    ids = {key_id(k) for k in settings.api_keys}
+    unknown = [k for k in opts.capture_keys if k not in ids]
+    if unknown:
+        raise _fail(f"--capture-key {unknown[0]} is not the id of a configured API key (ids: "
+                    f"{', '.join(sorted(ids)) or 'none: set LOOPLIFT_API_KEYS'})", 2)
+    return dataclasses.replace(settings, capture=settings.capture or opts.capture,
+                               capture_key_ids=settings.capture_key_ids | set(opts.capture_keys))
 
 
 def _plan_retrain(config: Optional[Path], retrain: Optional[str], eval_spec: Optional[str]) -> Any:
@@ -210,11 +253,11 @@ def _plan_retrain(config: Optional[Path], retrain: Optional[str], eval_spec: Opt
 
 
 def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str],
-        plan: Any = None, replicas: int = 1, upstreams: tuple[str, ...] = ()) -> None:
+        plan: Any, gateway_settings: Any, opts: _UpOptions, replicas: int = 1, upstreams: tuple[str, ...] = ()) -> None:
     import time
 
     from sdk import looplift_home
-    from server import GatewaySettings
+    from server import key_id
 
     from ._stack import Stack, StackConfig
 
@@ -231,9 +274,13 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
         console.print(f"[yellow]no collector[/yellow] ({e}); install `looplift[collector]` to store episodes")
     backend = sandbox or _detect_sandbox()
     console.print("starting vLLM ...")
-    config = StackConfig(model_dir=model, gateway=GatewaySettings.from_env(), collector=collector_settings, host=host,
+    if (gateway_settings.capture or gateway_settings.capture_key_ids) and collector_settings is None:
+        raise _fail("--capture needs the collector (install `looplift[collector]`): captured traffic is stored there", 2)
+    config = StackConfig(model_dir=model, gateway=gateway_settings, collector=collector_settings, host=host,
                          gateway_port=gateway_port, collector_port=collector_port,
-                         vllm_log=home / "logs" / "vllm.log", replicas=replicas, upstreams=upstreams)
+                         vllm_log=home / "logs" / "vllm.log", replicas=replicas, upstreams=upstreams,
+                         tool_call_parser=None if opts.tool_call_parser == "none" else opts.tool_call_parser,
+                         insecure=opts.insecure)
     if plan is not None and collector_settings is None:
         raise _fail("--retrain needs the collector (install `looplift[collector]`): the job trains on its data", 2)
     from ._retrain import retrain_in_stack
@@ -246,7 +293,10 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
                 "dashboard": stack.collector.url + "/dashboard" if stack.collector else None,
                 "model": str(model), "sandbox": backend, "admin_token_file": str(home / "admin.token"),
                 "collector_key_file": str(home / "collector.key"), "home": str(home),
-                "replicas": [r.url for r in stack.local] + list(upstreams)}
+                "replicas": [r.url for r in stack.local] + list(upstreams),
+                "capture": "all" if gateway_settings.capture else sorted(gateway_settings.capture_key_ids) or "off",
+                "api_key_ids": [key_id(k) for k in gateway_settings.api_keys],
+                "tool_call_parser": _parser_in(stack.vllm.command) if stack.vllm is not None else None}
         console.print_json(json.dumps(info))
         if stack.collector:  # the token travels in the fragment, which the browser never sends to a server
             console.print(f"dashboard: {stack.collector.url}/dashboard#token={config.gateway.admin_token}", highlight=False,
@@ -261,6 +311,10 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
                             + (f": {why}" if why else "") + f" (log: {stack.vllm.log_path})")
             if not stack.gateway.running:
                 raise _fail("the gateway thread exited")
+
+
+def _parser_in(argv: list[str]) -> Optional[str]:
+    return argv[argv.index("--tool-call-parser") + 1] if "--tool-call-parser" in argv else None
 
 
 def _detect_sandbox() -> str:

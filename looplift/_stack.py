@@ -5,7 +5,9 @@ manager: each part is stopped on the way out, in reverse order, however the bloc
 `Shutdown` signal, Ctrl-C), and a failure while starting a later part stops the earlier ones before the
 error propagates, so no vLLM is left running by a half-started stack. vLLM runs tied to this process
 (`sdk.infra.spawn_tied`), so even a SIGKILL, which runs no `with` or `finally`, leaves no vLLM behind; the
-gateway and the collector are threads and go with the process.
+gateway and the collector are threads and go with the process. The gateway is connected to the collector
+once both run (capture and feedback by response id use it); the collector is stopped first,
+so capture spools what it could not deliver.
 
 Deliberately not here: building the base model (`trainer`), choosing sandboxes, training. Imports of the
 component packages are lazy so that `looplift up --model DIR` runs on a `[server]`-only install.
@@ -43,6 +45,10 @@ class StackConfig:
     routes among them and restarts a local one that dies."""
     upstreams: tuple[str, ...] = ()
     """URLs of vLLM servers started elsewhere, added to the local ones."""
+    tool_call_parser: Optional[str] = "auto"
+    """vLLM's `--tool-call-parser` ("auto": from the model's chat template; None: tool calls off)."""
+    insecure: bool = False
+    """Serve on a non-loopback `host` without API keys (refused otherwise)."""
 
 
 class Stack:
@@ -68,10 +74,14 @@ class Stack:
             raise StackError(f"{cfg.model_dir} is not a Hugging Face model directory (no config.json); if it is "
                              "looplift's cached base model, delete that directory and run again to rebuild it")
         try:
+            from server import check_bind
+
+            check_bind(cfg.host, cfg.gateway.api_keys, insecure=cfg.insecure)  # before the ~40 s of vLLM
             if cfg.replicas:
                 self.local = start_local_replicas(VLLMConfig(model_dir=cfg.model_dir, port=0, log_path=cfg.vllm_log,
-                                                             extra_args=cfg.vllm_args), cfg.replicas,
-                                                  progress=self._on_progress)
+                                                             extra_args=cfg.vllm_args,
+                                                             tool_call_parser=cfg.tool_call_parser),
+                                                  cfg.replicas, progress=self._on_progress)
                 for replica in self.local:
                     self._exit.callback(replica.stop)
             self.vllm = self.local[0].server if self.local else None
@@ -79,7 +89,7 @@ class Stack:
             if not upstreams:
                 raise StackError("nothing to serve: start at least one local vLLM (--replicas) or give --upstream")
             self.gateway = start_gateway_in_thread(cfg.gateway, upstreams if len(upstreams) > 1 else upstreams[0],
-                                                   cfg.host, cfg.gateway_port)
+                                                   cfg.host, cfg.gateway_port, insecure=cfg.insecure)
             self._exit.callback(self.gateway.stop)
             if cfg.collector is not None:
                 from pydantic import SecretStr
@@ -91,6 +101,9 @@ class Stack:
                                                              "admin_token": SecretStr(cfg.gateway.admin_token)})
                 self.collector = serve_in_thread(collector, cfg.host, cfg.collector_port)
                 self._exit.callback(self.collector.stop)
+                # Capture and feedback by response id talk to this collector.
+                self.gateway.app.connect_collector(self.collector.url,
+                                                   collector.api_keys[0] if collector.api_keys else None)
         except BaseException:
             self.stop()
             raise

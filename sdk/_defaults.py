@@ -1,6 +1,8 @@
 """SDK defaults, in one place."""
 
 GATEWAY_URL = "http://127.0.0.1:8000/v1"
+#: A request with this header set to "off" is not captured by the gateway (`server._capture`).
+CAPTURE_HEADER = "X-Looplift-Capture"
 COLLECTOR_URL = "http://127.0.0.1:8100"
 MODEL = "policy"
 MAX_STEPS = 8

@@ -26,7 +26,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, Sequence
 
 import openai
 
@@ -214,6 +214,8 @@ class _Episode:
             return "env_error"
         self.messages.append(Message(role="user", content=first))
         tools = _tools_of(self.env)
+        if tools:  # what the model was given: SFT renders the same tools into the prompt it trains on
+            self.meta.setdefault("tools", tools)
         for turn_no in range(ctx.budget.max_steps):
             left = self._left_s()
             if left is not None and left <= 0:
@@ -300,10 +302,11 @@ def _judge(verifier: Optional[Verifier], task: Task, traj: Trajectory) -> Outcom
                        details={"traceback": traceback.format_exc(limit=8)})
 
 
-def _client(base_url: Optional[str], api_key: Optional[str], timeout: float) -> openai.AsyncOpenAI:
+def _client(base_url: Optional[str], api_key: Optional[str], timeout: float,
+            headers: Mapping[str, str]) -> openai.AsyncOpenAI:
     url = base_url or os.environ.get("LOOPLIFT_BASE_URL") or _defaults.GATEWAY_URL
     key = api_key or os.environ.get("LOOPLIFT_API_KEY") or "looplift-no-key"
-    return openai.AsyncOpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=2)
+    return openai.AsyncOpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=2, default_headers=dict(headers))
 
 
 def _budget(budget: Optional["Budget"], max_steps: Optional[int]) -> "Budget":
@@ -339,6 +342,7 @@ async def arun(
     client: Optional[openai.AsyncOpenAI] = None,
     policy: Optional["Policy"] = None,
     timeout: float = _defaults.REQUEST_TIMEOUT_S,
+    headers: Optional[Mapping[str, str]] = None,
 ) -> list[Trajectory]:
     """Run one episode per task, `concurrency` at a time; return the trajectories in task order.
 
@@ -346,13 +350,21 @@ async def arun(
     every finished trajectory; it never blocks or raises when the collector is down. `on_episode` is
     called after each episode (e.g. to advance a progress bar). `base_url` defaults to
     `$LOOPLIFT_BASE_URL`, then the local gateway (http://127.0.0.1:8000/v1). `budget` (or the shorthand
-    `max_steps`) bounds each episode; `policy` replaces the model (no server is contacted then).
+    `max_steps`) bounds each episode; `policy` replaces the model (no server is contacted then). `headers`
+    are sent with every request, besides `X-Looplift-App: app`; with a `collector`, `X-Looplift-Capture: off`
+    is added, so a gateway that captures traffic does not store a second, outcome-less copy of the episode the
+    SDK records itself.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
     limits = _budget(budget, max_steps)
     own_client = client is None and policy is None
-    ctx = _Ctx(client=client or (None if policy is not None else _client(base_url, api_key, timeout)), policy=policy,
+    # A capturing gateway files the exchanges under `app` (HTTP header values are ASCII: other names are left out).
+    hdrs = {**({"X-Looplift-App": app} if app.isascii() and app.isprintable() else {}), **(headers or {})}
+    if collector is not None:
+        hdrs.setdefault(_defaults.CAPTURE_HEADER, "off")
+    ctx = _Ctx(client=client or (None if policy is not None else _client(base_url, api_key, timeout, hdrs)),
+               policy=policy,
                model=model if policy is None else getattr(policy, "__name__", "policy"), sampling=sampling,
                verifier=verifier, app=app, budget=limits, system_prompt=system_prompt, tool_choice=tool_choice,
                metadata=dict(metadata or {}))

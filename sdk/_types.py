@@ -16,7 +16,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TRAJECTORY_SCHEMA_VERSION = 2
 
@@ -147,11 +147,22 @@ class IngestResult(BaseModel):
 
 
 class Feedback(BaseModel):
-    """Late user feedback, joined to a trajectory by id (`POST /v1/feedback`)."""
+    """Late user feedback (`POST /v1/feedback`), joined to a trajectory by its id, or by the id of a completion
+    the gateway captured (`response_id`: the `id` of the chat completion the client received). Exactly one of
+    the two is given. `key_id` names the gateway API key that sent it (set by the gateway, not by clients)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    trajectory_id: str = Field(min_length=1, max_length=128)
+    trajectory_id: Optional[str] = Field(default=None, min_length=1, max_length=128)
+    response_id: Optional[str] = Field(default=None, min_length=1, max_length=256)
     rating: Optional[float] = Field(default=None, ge=-1.0, le=1.0)
     correction: Optional[str] = None
     text: Optional[str] = None
+    key_id: Optional[str] = Field(default=None, max_length=64)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "Feedback":
+        if (self.trajectory_id is None) == (self.response_id is None):
+            raise ValueError("give exactly one of trajectory_id (the SDK's trajectory id) or response_id "
+                             "(the id of a completion the gateway captured)")
+        return self

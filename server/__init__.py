@@ -7,6 +7,7 @@ group lives in `server._cli.app` (mounted as `looplift server`).
 """
 
 from ._admin import AdminClient
+from ._auth import check_bind, key_id
 from ._gateway import create_gateway
 from ._models import CanaryInfo, CanaryView, HistoryEvent, ReplicaInfo, SwapResult, VersionInfo, VersionsView
 from ._replicas import LocalReplica, start_local_replicas
@@ -20,6 +21,7 @@ from .errors import (
     AdminTokenMissingError,
     CanaryError,
     GatewayStartError,
+    InsecureBindError,
     InvalidNameError,
     NothingToRollBackError,
     ServerError,
@@ -42,6 +44,7 @@ __all__ = [
     "GatewaySettings",
     "GatewayStartError",
     "HistoryEvent",
+    "InsecureBindError",
     "InvalidNameError",
     "LocalReplica",
     "NothingToRollBackError",
@@ -57,7 +60,9 @@ __all__ = [
     "VersionInfo",
     "VersionNotFoundError",
     "VersionsView",
+    "check_bind",
     "create_gateway",
+    "key_id",
     "start_gateway_in_thread",
     "start_local_replicas",
     "start_vllm",

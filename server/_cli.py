@@ -10,6 +10,7 @@ This module only parses flags and prints; the work is in `_vllm`, `_serve` and `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -75,9 +76,19 @@ def start(
     max_lora_rank: int = typer.Option(D.MAX_LORA_RANK, "--max-lora-rank", help="vLLM --max-lora-rank."),
     kv_cache_gib: float = typer.Option(D.CPU_KVCACHE_GIB, "--kv-cache-gib", help="VLLM_CPU_KVCACHE_SPACE (CPU only)."),
     timeout: float = typer.Option(D.VLLM_START_TIMEOUT_S, "--timeout", help="Seconds to wait for vLLM to be healthy."),
+    tool_call_parser: str = typer.Option(D.TOOL_CALL_PARSER, "--tool-call-parser",
+                                         help="vLLM tool-call parser (hermes, pythonic, llama3_json, mistral, ...); "
+                                              "'auto' reads it from the model's chat template, 'none' turns it off."),
+    capture: bool = typer.Option(False, "--capture", help="Capture every chat exchange into the collector "
+                                                          "(needs --collector-url or $LOOPLIFT_COLLECTOR_URL)."),
+    collector_url: Optional[str] = typer.Option(None, "--collector-url",
+                                                help="Collector for capture and feedback (key: "
+                                                     "$LOOPLIFT_COLLECTOR_KEY or $LOOPLIFT_HOME/collector.key)."),
+    insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys."),
 ) -> None:
     """Start vLLM and the gateway in the foreground (or only the gateway, with --upstream alone); Ctrl-C or SIGTERM
     stops everything."""
+    from ._auth import check_bind
     from ._settings import GatewaySettings, version_name
     from ._vllm import VLLMConfig
 
@@ -89,10 +100,20 @@ def start(
     if model is None and replicas > 1:
         err.print("[red]error:[/red] --replicas starts local vLLMs: it needs --model DIR", highlight=False)
         raise typer.Exit(2)
-    settings = _run(lambda: GatewaySettings.from_env(alias=alias, max_lora_rank=max_lora_rank))
+    overrides: dict[str, Any] = {"alias": alias, "max_lora_rank": max_lora_rank}
+    if collector_url:
+        overrides["collector_url"] = collector_url
+    settings = _run(lambda: GatewaySettings.from_env(**overrides))
+    if capture:
+        settings = dataclasses.replace(settings, capture=True)
+    if (settings.capture or settings.capture_key_ids) and not settings.collector_url:
+        err.print("[red]error:[/red] --capture needs a collector: pass --collector-url or set $LOOPLIFT_COLLECTOR_URL")
+        raise typer.Exit(2)
+    _run(lambda: check_bind(host, settings.api_keys, insecure=insecure))  # before the ~40 s of vLLM
     cfg = None if model is None else VLLMConfig(
         model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port if replicas == 1 else 0,
         max_model_len=max_model_len, max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
+        tool_call_parser=None if tool_call_parser == "none" else tool_call_parser,
     )
     # From the first line: SIGTERM (a supervisor), SIGINT (Ctrl-C, also when a shell started us in the
     # background with SIGINT ignored) and SIGHUP raise `Shutdown` here, during vLLM's start included, and
@@ -100,17 +121,18 @@ def start(
     with shutdown_on_signals():
         try:
             if cfg is not None and replicas == 1 and not upstreams:
-                _serve(settings, cfg, host, port, alias)
+                _serve(settings, cfg, host, port, alias, insecure)
             elif cfg is None and len(upstreams) == 1:
                 # The registry reconciles with that vLLM when it first answers (at startup or the first request).
-                _gateway(settings, upstreams[0], host, port, alias, threading.Event())
+                _gateway(settings, upstreams[0], host, port, alias, threading.Event(), insecure)
             else:
-                _serve_replicas(settings, cfg, replicas, upstreams, host, port, alias)
+                _serve_replicas(settings, cfg, replicas, upstreams, host, port, alias, insecure)
         except Shutdown as s:
             out.print(f"stopped ({s})")
 
 
-def _serve_replicas(settings: Any, cfg: Any, n: int, upstreams: list[str], host: str, port: int, alias: str) -> None:
+def _serve_replicas(settings: Any, cfg: Any, n: int, upstreams: list[str], host: str, port: int, alias: str,
+                    insecure: bool = False) -> None:
     """Several upstreams: `n` local vLLMs (none without `cfg`) and `upstreams`; the gateway restarts local ones."""
     from ._replicas import start_local_replicas
 
@@ -122,13 +144,13 @@ def _serve_replicas(settings: Any, cfg: Any, n: int, upstreams: list[str], host:
                     f"starting vLLM replicas… {s:.0f} s  [dim]{line[-90:]}[/dim]")))
             for r in local:
                 out.print(f"vLLM replica ready at {r.url} (pid {r.pid}, log: {r.server.log_path})")
-        _gateway(settings, [*local, *upstreams], host, port, alias, threading.Event())
+        _gateway(settings, [*local, *upstreams], host, port, alias, threading.Event(), insecure)
     finally:
         for r in local:
             r.stop()
 
 
-def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str) -> None:
+def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str, insecure: bool = False) -> None:
     from ._vllm import start_vllm
 
     with out.status("starting vLLM…") as status:
@@ -138,20 +160,21 @@ def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str) -> None:
         out.print(f"vLLM ready at {vllm.url} in {vllm.startup_s:.1f} s (log: {vllm.log_path})")
         died = threading.Event()
         vllm.start_watchdog(on_death=lambda e: died.set())
-        _gateway(settings, vllm.url, host, port, alias, died)
+        _gateway(settings, vllm.url, host, port, alias, died, insecure)
     if vllm.died is not None:
         err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
         raise typer.Exit(1)
 
 
-def _gateway(settings: Any, upstreams: Any, host: str, port: int, alias: str, stop: threading.Event) -> None:
+def _gateway(settings: Any, upstreams: Any, host: str, port: int, alias: str, stop: threading.Event,
+             insecure: bool = False) -> None:
     """Serve the gateway over `upstreams` (a URL, or a list of URLs and `LocalReplica`s) until `stop` is set (or a
     signal raises `Shutdown`)."""
     from ._serve import start_gateway_in_thread
     from ._settings import looplift_home
 
     over = upstreams if isinstance(upstreams, str) else ", ".join(u if isinstance(u, str) else u.url for u in upstreams)
-    with _run(lambda: start_gateway_in_thread(settings, upstreams, host, port)) as gw:
+    with _run(lambda: start_gateway_in_thread(settings, upstreams, host, port, insecure=insecure)) as gw:
         out.print(f"gateway at {gw.url}/v1 over {over}  (alias [bold]{alias}[/bold] -> "
                   f"{gw.app.registry.serving})")
         out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")

@@ -22,6 +22,13 @@ ADMIN_TOKEN_ENV = "LOOPLIFT_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin.token"
 #: Comma-separated client API keys; empty means `/v1` needs no key.
 API_KEYS_ENV = "LOOPLIFT_API_KEYS"
+#: Capture on (1/true), and the ids of API keys whose traffic is captured anyway (comma-separated `k-...`).
+CAPTURE_ENV = "LOOPLIFT_CAPTURE"
+CAPTURE_KEYS_ENV = "LOOPLIFT_CAPTURE_KEYS"
+#: The collector the gateway's capture and feedback talk to, and its ingest key.
+COLLECTOR_URL_ENV = "LOOPLIFT_COLLECTOR_URL"
+COLLECTOR_KEY_ENV = "LOOPLIFT_COLLECTOR_KEY"
+COLLECTOR_KEY_FILE = "collector.key"
 #: Gateway state lives in `$LOOPLIFT_HOME/<STATE_SUBDIR>/registry.json`.
 STATE_SUBDIR = "server"
 REGISTRY_FILE = "registry.json"
@@ -40,6 +47,8 @@ MAX_MODEL_LEN = 512
 #: vLLM only accepts LoRA ranks from a fixed set (1, 8, 16, 32, 64, ...).
 MAX_LORA_RANK = 8
 MAX_LORAS = 4
+#: vLLM `--tool-call-parser`: "auto" reads it from the model's chat template (`_tools`).
+TOOL_CALL_PARSER = "auto"
 #: `VLLM_CPU_KVCACHE_SPACE`, GiB; ignored on a GPU.
 CPU_KVCACHE_GIB = 1.0
 #: vLLM CPU takes ~40 s to become healthy on the 2-core dev machine; leave ample headroom.
@@ -68,6 +77,14 @@ UPSTREAM_KEEPALIVE_S = 4.0
 REPLICA_HEALTH_INTERVAL_S = 1.0
 #: Sessions (`X-Looplift-Session`) whose replica the gateway remembers, least recently used dropped first.
 SESSION_AFFINITY_MAX = 10_000
+# --- capture ------------------------------------------------------------------------------
+#: App of captured trajectories when the client sends no `X-Looplift-App`.
+CAPTURE_APP = "default"
+#: Captured exchanges the worker may fall behind by before new ones are dropped.
+CAPTURE_QUEUE = 10_000
+#: Captured trajectories spool under `$LOOPLIFT_HOME/<STATE_SUBDIR>/<CAPTURE_SPOOL_SUBDIR>` while the collector is down.
+CAPTURE_SPOOL_SUBDIR = "capture-spool"
+
 #: Admin client default.
 GATEWAY_URL = f"http://{HOST}:{GATEWAY_PORT}"
 ADMIN_TIMEOUT_S = 60.0

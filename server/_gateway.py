@@ -10,12 +10,15 @@
 * `metrics` (`_metrics.GatewayMetrics`);
 * `proxy` (`_proxy.Proxy`): the hot path, `POST /v1/chat/completions` and `/v1/completions`, dispatched
   to straight from `Gateway.__call__` by path;
-* `api`: a FastAPI app for everything else — `GET /v1/models`, `/health`, `/metrics`, and `/admin/*`
-  (always behind the admin token: list, load, promote, roll back, canary), and the lifespan (the registry is
-  reconciled with vLLM at start, or at the first request if vLLM was not answering then).
+* `api`: a FastAPI app for everything else — `GET /v1/models`, `/v1/models/{id}`, `POST /v1/feedback`
+  (`_feedback`), `/health`, `/metrics`, and `/admin/*` (always behind the admin token: list, load, promote,
+  roll back, canary), and the lifespan (the registry is reconciled with vLLM at start, or at the first request
+  if vLLM was not answering then);
+* `keys` (`_auth.KeyRing`): the client API keys and their public ids;
+* with a collector (`connect_collector`): `capture` (`_capture`, hooked into `proxy`), `collector_link`
+  (feedback forwarding).
 
-Where later features plug in: a feedback endpoint (`POST /v1/feedback`) is one more `api` route; capture
-hooks into `proxy` (see `_proxy`; `RoutedProxy` inherits from it).
+Replicas (`_replicas`, several upstreams) swap `proxy` for a `RoutedProxy`, which inherits the capture hooks.
 
 Deliberately not here: starting vLLM (`_vllm`), rate limiting, and any rewriting of vLLM's answers (their
 `model` field names the version that answered, which is what trajectories should record).
@@ -32,8 +35,13 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from openai.types import Model
+from starlette.concurrency import run_in_threadpool
 
 from . import _defaults as D
+from ._auth import KeyRing, bearer_token
+from ._capture import Capture
+from ._collector_link import CollectorLink
+from ._feedback import feedback_router
 from ._metrics import CONTENT_TYPE, GatewayMetrics
 from ._models import (
     CanaryDecisionRequest,
@@ -46,7 +54,7 @@ from ._models import (
     VersionInfo,
     VersionsView,
 )
-from ._proxy import ENDPOINTS, Proxy, Receive, RoutedProxy, Scope, Send, api_key_error, bearer_token, error_payload
+from ._proxy import ENDPOINTS, Proxy, Receive, RoutedProxy, Scope, Send, api_key_denied, error_payload
 from ._registry import Registry
 from ._replicas import LocalReplica, ReplicaSet, Source
 from ._settings import GatewaySettings
@@ -61,6 +69,7 @@ class Gateway:
 
     def __init__(self, settings: GatewaySettings, upstreams: Union[Source, Sequence[Source]]) -> None:
         self.settings = settings
+        self.keys = KeyRing(settings.api_keys)
         sources: list[Source] = [upstreams] if isinstance(upstreams, (str, LocalReplica)) else list(upstreams)
         if not sources:
             raise ValueError("the gateway needs at least one vLLM upstream")
@@ -72,14 +81,29 @@ class Gateway:
             self.upstream = Upstream(url, read_timeout_s=settings.request_timeout_s)
             self.registry = Registry(settings, self.upstream)
             self.metrics = GatewayMetrics(in_flight=self.registry.in_flight)
-            self.proxy: Proxy = Proxy(settings, self.registry, self.upstream, self.metrics)
+            self.proxy: Proxy = Proxy(settings, self.registry, self.upstream, self.metrics, self.keys)
         else:
             self.replicas = ReplicaSet(settings, sources)
             self.upstream = self.replicas.replicas[0].upstream
             self.registry = Registry(settings, self.replicas)
             self.metrics = GatewayMetrics(in_flight=self.registry.in_flight, replicas=lambda: self.replicas_view())
-            self.proxy = RoutedProxy(settings, self.registry, self.replicas, self.metrics)
+            self.proxy = RoutedProxy(settings, self.registry, self.replicas, self.metrics, self.keys)
+        #: Capture (`_capture`) and the link to the collector (feedback); see `connect_collector`.
+        self.capture: Optional[Capture] = None
+        self.collector_link: Optional[CollectorLink] = None
         self.api = _control_api(self)
+        if settings.collector_url:
+            self.connect_collector(settings.collector_url, settings.collector_key)
+
+    def connect_collector(self, url: str, key: Optional[str]) -> None:
+        """Use the collector at `url` (ingest key `key`) for capture and feedback by response id.
+        Capture starts here when the settings ask for it (`capture` or `capture_key_ids`). Call once, before
+        traffic (`looplift up` calls it when its collector has started, which is after the gateway)."""
+        self.collector_link = CollectorLink(url, key)
+        if self.capture is None and (self.settings.capture or self.settings.capture_key_ids):
+            self.capture = Capture.start(self.settings, self.metrics.registry, url, key,
+                                         self.settings.capture_spool_dir)
+            self.proxy.capture = self.capture
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in ENDPOINTS:
@@ -126,6 +150,10 @@ def _control_api(gw: Gateway) -> FastAPI:
         try:
             yield
         finally:
+            if gw.capture is not None:  # what is queued goes to the collector, or to the spool
+                await run_in_threadpool(gw.capture.close)
+            if gw.collector_link is not None:
+                await gw.collector_link.close()
             await registry.close()
             if gw.replicas is not None:
                 await gw.replicas.close()
@@ -160,23 +188,42 @@ def _control_api(gw: Gateway) -> FastAPI:
             )
 
     # ---- OpenAI: models ---------------------------------------------------------------------
-    @app.get("/v1/models")
-    async def models(request: Request) -> Response:
-        """The alias and every loaded version, in OpenAI list format."""
-        denied = api_key_error(settings, request.headers.get("authorization"))
-        if denied is not None:
-            return JSONResponse(denied, status_code=401)
+    def model_card(mid: str) -> dict[str, object]:
+        v = registry.resolve(mid)
+        card = Model(id=mid, object="model", created=int(v.created_at.timestamp()), owned_by="looplift")
+        # `root`: the version this id answers with (for the alias: the serving version).
+        return {**card.model_dump(), "root": v.name}
+
+    async def models_ready(request: Request) -> Optional[JSONResponse]:
+        """None when the caller may list models and the registry is up; else the error answer."""
+        if gw.keys and gw.keys.match(request.headers.get("authorization")) is None:
+            return JSONResponse(api_key_denied(), status_code=401)
         try:
             await registry.ready()
         except ServerError as e:
             return _error(503, f"The gateway cannot reach vLLM yet: {e.message}", code="upstream_unavailable")
-        data = []
-        for mid in registry.model_ids():
-            v = registry.resolve(mid)
-            card = Model(id=mid, object="model", created=int(v.created_at.timestamp()), owned_by="looplift")
-            # `root`: the version this id answers with (for the alias: the serving version).
-            data.append({**card.model_dump(), "root": v.name})
-        return JSONResponse({"object": "list", "data": data})
+        return None
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        """The alias and every loaded version, in OpenAI list format."""
+        denied = await models_ready(request)
+        if denied is not None:
+            return denied
+        return JSONResponse({"object": "list", "data": [model_card(mid) for mid in registry.model_ids()]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, request: Request) -> Response:
+        """One model (the alias or a loaded version), as OpenAI's `models.retrieve` expects it."""
+        denied = await models_ready(request)
+        if denied is not None:
+            return denied
+        if model_id not in registry.model_ids():
+            return _error(404, f"The model '{model_id}' does not exist or is not loaded. Available: "
+                          f"{', '.join(registry.model_ids())}.", param="model", code="model_not_found")
+        return JSONResponse(model_card(model_id))
+
+    app.include_router(feedback_router(gw))
 
     # ---- operators --------------------------------------------------------------------------
     @app.get("/health")

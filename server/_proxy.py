@@ -15,9 +15,9 @@ metric label lookups as most of the gateway's cost). One request is:
 Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`). A client that disconnects
 during a stream ends the upstream request too, so vLLM stops generating for nobody.
 
-Where later features plug in: traffic capture and tool-call parsing observe an exchange at `_exchange`'s
-end (the parsed `RequestBody`, the answer bytes or the stream chunks, the lease's version, the status);
-several vLLM replicas replace the one `Upstream` with a pool that picks a replica for the lease's version.
+Capture (`_capture`, when on for the request's key) hooks in at three points: `begin` before forwarding
+(the already parsed request fields, the `X-Looplift-*` headers), the relay appending the answer's bytes
+(`tee`), and `finish` at the exchange's end (`_done`), which only queues the exchange for the capture worker.
 Deliberately not here: admin, health, models and metrics routes (`_gateway`), version bookkeeping
 (`_registry`), rate limiting.
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
@@ -35,7 +34,10 @@ from typing import Any, Awaitable, Callable, MutableMapping, Optional
 import aiohttp
 
 from . import _defaults as D
+from ._auth import KeyRing
 from ._body import BadRequest, RequestBody, parse_body
+from ._capture import Capture, headers_of
+from ._capture_build import Exchange
 from ._metrics import GatewayMetrics
 from ._registry import Lease, Registry
 from ._replicas import Replica, ReplicaSet
@@ -50,7 +52,8 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 #: The proxied endpoints and the field each one requires.
-ENDPOINTS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt"}
+CHAT = "/v1/chat/completions"
+ENDPOINTS = {CHAT: "messages", "/v1/completions": "prompt"}
 _VERSION_HEADER = b"x-looplift-version"
 _REPLICA_HEADER = b"x-looplift-replica"
 _SESSION_HEADER = b"x-looplift-session"
@@ -64,20 +67,8 @@ def error_payload(status: int, message: str, *, type_: Optional[str] = None, par
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def bearer_token(authorization: Optional[str]) -> Optional[str]:
-    """The token of an `Authorization: Bearer <token>` header value, else None."""
-    scheme, _, token = (authorization or "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
-
-
-def api_key_error(settings: GatewaySettings, authorization: Optional[str]) -> Optional[dict[str, Any]]:
-    """None when `/v1` may be used with this Authorization header value; else the 401 body."""
-    if not settings.api_keys:
-        return None
-    token = bearer_token(authorization)
-    if token is not None and any(hmac.compare_digest(token.encode(), k.encode()) for k in settings.api_keys):
-        return None
+def api_key_denied() -> dict[str, Any]:
+    """The 401 body for a `/v1` request without one of the configured API keys."""
     return error_payload(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' with one of the "
                          f"keys in ${D.API_KEYS_ENV}.", code="invalid_api_key")
 
@@ -99,11 +90,14 @@ class Proxy:
     """The ASGI handler for `ENDPOINTS` (the gateway dispatches those paths here)."""
 
     def __init__(self, settings: GatewaySettings, registry: Registry, upstream: Upstream,
-                 metrics: GatewayMetrics) -> None:
+                 metrics: GatewayMetrics, keys: Optional[KeyRing] = None) -> None:
         self.settings = settings
         self.registry = registry
         self.upstream = upstream
         self.metrics = metrics
+        self.keys = keys if keys is not None else KeyRing(settings.api_keys)
+        #: Set when capture is on (`Gateway.connect_collector`); the hook is `_capture.Capture.begin/finish`.
+        self.capture: Optional[Capture] = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint: str = scope["path"]
@@ -118,10 +112,11 @@ class Proxy:
     async def _handle(self, endpoint: str, t0: float, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
             return await send_json(send, 405, error_payload(405, f"Use POST for {endpoint}."), ((b"allow", b"POST"),))
-        if self.settings.api_keys:
-            denied = api_key_error(self.settings, _header(scope, b"authorization"))
-            if denied is not None:
-                return await send_json(send, 401, denied)
+        key_id = None
+        if self.keys:
+            key_id = self.keys.match(_header(scope, b"authorization"))
+            if key_id is None:
+                return await send_json(send, 401, api_key_denied())
         raw = await _read_body(receive)
         if raw is None:
             return  # the client left before sending its whole body
@@ -135,6 +130,9 @@ class Proxy:
             self.metrics.upstream_error(endpoint)
             return await send_json(send, 503, error_payload(
                 503, f"The gateway cannot reach vLLM yet: {e.message}", code="upstream_unavailable"))
+        capture = self.capture
+        if capture is not None and (endpoint != CHAT or not capture.wants(key_id)):
+            capture = None
         # While a canary runs, the session header keeps an episode on one version (`_canary`).
         lease = registry.acquire(body.model, _header(scope, _SESSION_HEADER) if registry.canary else None)
         if lease is None:
@@ -142,24 +140,36 @@ class Proxy:
             return await send_json(send, 404, error_payload(
                 404, f"The model '{body.model}' does not exist or is not loaded. Available: "
                 f"{', '.join(registry.model_ids())}.", param="model", code="model_not_found"))
-        await self._exchange(endpoint, body, lease, t0, scope, receive, send)
+        tee = None if capture is None else capture.begin(body.fields, body.model, lease.version, key_id,
+                                                          headers_of(scope))
+        await self._exchange(endpoint, body, lease, t0, scope, receive, send, tee)
 
     async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, scope: Scope,
-                        receive: Receive, send: Send) -> None:
+                        receive: Receive, send: Send, tee: Optional[Exchange] = None) -> None:
         """Forward to vLLM and relay the answer; the lease is released and the request counted on every exit."""
         version = lease.version
         headers = ((_VERSION_HEADER, version.encode()),)
         status: Optional[str] = "client_closed"  # what a cancellation (client gone, shutdown) leaves behind
         try:
-            status = await self._forward(self.upstream, endpoint, body.with_model(version), headers, receive, send)
+            status = await self._forward(self.upstream, endpoint, body.with_model(version), headers, receive, send,
+                                         tee=tee)
         finally:
-            lease.release()
-            model_label = body.model if body.model == self.registry.alias else version
-            self.metrics.request_done(model_label, version, endpoint, str(status), time.perf_counter() - t0)
+            self._done(endpoint, body, lease, t0, status, tee)
+
+    def _done(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, status: Optional[str],
+              tee: Optional[Exchange]) -> None:
+        """The exchange is over: release the lease, count it, hand a captured exchange to the capture queue."""
+        lease.release()
+        version = lease.version
+        model_label = body.model if body.model == self.registry.alias else version
+        seconds = time.perf_counter() - t0
+        self.metrics.request_done(model_label, version, endpoint, str(status), seconds)
+        if tee is not None and self.capture is not None:
+            self.capture.finish(tee, str(status), seconds)
 
     async def _forward(self, upstream: Upstream, endpoint: str, payload: bytes,
                        headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send,
-                       may_retry: bool = False) -> Optional[str]:
+                       may_retry: bool = False, tee: Optional[Exchange] = None) -> Optional[str]:
         """Send `payload` to vLLM and relay its answer; returns the status label for the metrics. With
         `may_retry`, a transport failure before any byte went to the client returns None and sends nothing
         (the caller tries another replica); timeouts are never retried (the request may still be running)."""
@@ -180,7 +190,8 @@ class Proxy:
         async with r:  # on exit the connection goes back to the pool, or is closed if the answer was cut short
             content_type = r.headers.get("Content-Type", "application/json")
             if r.status == 200 and content_type.startswith("text/event-stream"):
-                return await self._relay_stream(upstream, endpoint, r, content_type.encode(), headers, receive, send)
+                return await self._relay_stream(upstream, endpoint, r, content_type.encode(), headers, receive, send,
+                                                 tee.chunks if tee is not None else None)
             try:
                 content = await r.read()
             except UpstreamHTTPError as e:
@@ -192,11 +203,14 @@ class Proxy:
                 return "502"
             if r.status >= 500:
                 self.metrics.upstream_error(endpoint)
+            if tee is not None:
+                tee.body = content
             await _answer(send, r.status, content, content_type.encode(), headers)
             return str(r.status)
 
     async def _relay_stream(self, upstream: Upstream, endpoint: str, r: aiohttp.ClientResponse, content_type: bytes,
-                            headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send) -> str:
+                            headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send,
+                            tee: Optional[list[bytes]] = None) -> str:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", content_type), *headers]})
         # A client that goes away must stop the generation: the watcher closes the upstream answer, which ends
@@ -214,6 +228,8 @@ class Proxy:
         status = "200"
         try:
             async for chunk in r.content.iter_any():
+                if tee is not None:
+                    tee.append(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamHTTPError as e:
             if not gone:
@@ -238,12 +254,12 @@ class RoutedProxy(Proxy):
     Answers carry `x-looplift-replica` (which replica answered)."""
 
     def __init__(self, settings: GatewaySettings, registry: Registry, replicas: ReplicaSet,
-                 metrics: GatewayMetrics) -> None:
-        super().__init__(settings, registry, replicas.replicas[0].upstream, metrics)
+                 metrics: GatewayMetrics, keys: Optional[KeyRing] = None) -> None:
+        super().__init__(settings, registry, replicas.replicas[0].upstream, metrics, keys)
         self.replicas = replicas
 
     async def _exchange(self, endpoint: str, body: RequestBody, lease: Lease, t0: float, scope: Scope,
-                        receive: Receive, send: Send) -> None:
+                        receive: Receive, send: Send, tee: Optional[Exchange] = None) -> None:
         version = lease.version
         payload = body.with_model(version)
         session = _header(scope, _SESSION_HEADER)
@@ -263,7 +279,7 @@ class RoutedProxy(Proxy):
                 r.in_flight += 1
                 try:
                     status = await self._forward(r.upstream, endpoint, payload, headers, receive, send,
-                                                 may_retry=self.replicas.others_up(tried))
+                                                 may_retry=self.replicas.others_up(tried), tee=tee)
                 finally:
                     r.in_flight -= 1
                 if status in (None, "502", "stream_error"):
@@ -272,9 +288,7 @@ class RoutedProxy(Proxy):
                     break
                 self.metrics.retried(endpoint)
         finally:
-            lease.release()
-            model_label = body.model if body.model == self.registry.alias else version
-            self.metrics.request_done(model_label, version, endpoint, str(status), time.perf_counter() - t0)
+            self._done(endpoint, body, lease, t0, status, tee)
 
 
 async def _until_disconnect(receive: Receive) -> None:

@@ -7,11 +7,12 @@ It does not start vLLM; see `_vllm.start_vllm`.
 
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 from sdk.infra import ServerThread, ServerThreadError, start_server_thread
 
 from . import _defaults as D
-from typing import Sequence, Union
-
+from ._auth import check_bind
 from ._gateway import Gateway, create_gateway
 from ._replicas import Source
 from ._settings import GatewaySettings
@@ -38,9 +39,12 @@ def start_gateway_in_thread(
     *,
     start_timeout_s: float = 30.0,
     log_level: str = "warning",
+    insecure: bool = False,
 ) -> GatewayHandle:
     """Start the gateway for the vLLM at `vllm_url` (or several: URLs and `LocalReplica`s) on `host:port`
-    (0 = a free port) and wait until it serves."""
+    (0 = a free port) and wait until it serves. A non-loopback `host` without API keys is refused
+    (`InsecureBindError`, see `_auth.check_bind`) unless `insecure`."""
+    check_bind(host, settings.api_keys, insecure=insecure)
     app = create_gateway(settings, vllm_url)
     try:
         thread = start_server_thread(app, host, port, name="gateway", start_timeout_s=start_timeout_s,

@@ -1,7 +1,8 @@
 """Gateway settings and the state-directory / admin-token helpers.
 
-`GatewaySettings` is the gateway's whole stable configuration; `from_env()` builds it from
-`LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN` and `LOOPLIFT_API_KEYS`. This module does not start anything
+`GatewaySettings` is the gateway's whole stable configuration;
+`from_env()` builds it from `LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN`, `LOOPLIFT_API_KEYS` and the capture and
+collector variables. This module does not start anything
 and does not talk to vLLM.
 """
 
@@ -71,6 +72,18 @@ class GatewaySettings:
     replica_health_interval_s: float = D.REPLICA_HEALTH_INTERVAL_S
     #: Largest LoRA rank vLLM was started with (`--max-lora-rank`); bigger adapters are refused up front.
     max_lora_rank: int = D.MAX_LORA_RANK
+    #: Capture every `/v1/chat/completions` exchange as collector data (`_capture`); needs a collector.
+    capture: bool = False
+    #: Ids (`_auth.key_id`, `k-...`) of API keys whose traffic is captured even when `capture` is off.
+    capture_key_ids: frozenset[str] = frozenset()
+    #: App name of captured trajectories whose request has no `X-Looplift-App` header.
+    capture_app: str = D.CAPTURE_APP
+    #: Captured exchanges waiting for the capture worker; beyond it they are dropped (and counted), not waited for.
+    capture_queue: int = D.CAPTURE_QUEUE
+    #: The collector's base URL (capture, feedback by response id); None: none.
+    collector_url: Optional[str] = None
+    #: The collector's ingest key (default `$LOOPLIFT_COLLECTOR_KEY` / `$LOOPLIFT_HOME/collector.key` in `from_env`).
+    collector_key: Optional[str] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.admin_token:
@@ -84,23 +97,38 @@ class GatewaySettings:
         return version_name(self.alias, 0)
 
     @property
+    def capture_spool_dir(self) -> Path:
+        """Where captured trajectories wait while the collector is unreachable."""
+        return self.state_dir / D.CAPTURE_SPOOL_SUBDIR
+
+    @property
     def registry_path(self) -> Path:
         """Where the registry is persisted."""
         return self.state_dir / D.REGISTRY_FILE
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "GatewaySettings":
-        """Settings from `LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN` (generated and stored if unset) and
-        `LOOPLIFT_API_KEYS` (comma-separated); keyword arguments override any field."""
+        """Settings from `LOOPLIFT_HOME`, `LOOPLIFT_ADMIN_TOKEN` (generated and stored if unset),
+        `LOOPLIFT_API_KEYS` (comma-separated), `LOOPLIFT_CAPTURE` (1/true), `LOOPLIFT_CAPTURE_KEYS` (key ids,
+        comma-separated), `LOOPLIFT_COLLECTOR_URL` and `LOOPLIFT_COLLECTOR_KEY` (else `$LOOPLIFT_HOME/collector.key`);
+        keyword arguments override any field."""
         home = looplift_home()
         values: dict[str, Any] = {
             "state_dir": home / D.STATE_SUBDIR,
-            "api_keys": tuple(k.strip() for k in os.environ.get(D.API_KEYS_ENV, "").split(",") if k.strip()),
+            "api_keys": _csv(os.environ.get(D.API_KEYS_ENV, "")),
+            "capture": os.environ.get(D.CAPTURE_ENV, "").strip().lower() in ("1", "true", "yes", "on"),
+            "capture_key_ids": frozenset(_csv(os.environ.get(D.CAPTURE_KEYS_ENV, ""))),
+            "collector_url": os.environ.get(D.COLLECTOR_URL_ENV) or None,
+            "collector_key": read_secret(D.COLLECTOR_KEY_ENV, D.COLLECTOR_KEY_FILE, home),
         }
         if "admin_token" not in overrides:
             values["admin_token"] = ensure_admin_token(home)
         values.update(overrides)
         return cls(**values)
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(k.strip() for k in value.split(",") if k.strip())
 
 
 def version_name(alias: str, n: int) -> str:

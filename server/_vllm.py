@@ -37,6 +37,7 @@ from sdk.infra import TiedProcess, spawn_tied
 
 from . import _defaults as D
 from ._settings import looplift_home
+from ._tools import resolve_tool_parser
 from .errors import VLLMDiedError, VLLMStartError
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -67,6 +68,10 @@ class VLLMConfig:
     max_loras: int = D.MAX_LORAS
     #: `VLLM_CPU_KVCACHE_SPACE` in GiB (CPU only).
     kv_cache_gib: float = D.CPU_KVCACHE_GIB
+    #: vLLM `--tool-call-parser` (with `--enable-auto-tool-choice`), so requests with `tools` and any
+    #: `tool_choice` work: "auto" picks it from the model's chat template (`_tools.detect_tool_parser`), None
+    #: or "none" leaves tool calls off, any other value is passed to vLLM as it is (e.g. "hermes", "pythonic").
+    tool_call_parser: Optional[str] = D.TOOL_CALL_PARSER
     #: Extra CLI arguments appended verbatim (explicit escape hatch, not covered by compatibility).
     extra_args: tuple[str, ...] = ()
     #: Extra environment variables for the vLLM process.
@@ -134,8 +139,11 @@ def build_command(config: VLLMConfig, port: int, on_gpu: bool) -> tuple[list[str
         "--enable-lora",
         "--max-lora-rank", str(config.max_lora_rank),
         "--max-loras", str(config.max_loras),
-        *config.extra_args,
     ]
+    parser = resolve_tool_parser(config.tool_call_parser, Path(config.model_dir))
+    if parser is not None and "--tool-call-parser" not in config.extra_args:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    argv += config.extra_args
     env = dict(os.environ)
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if not on_gpu:

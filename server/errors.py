@@ -4,6 +4,7 @@
     ├── VLLMStartError               vLLM exited or never became healthy (carries command + log tail)
     ├── VLLMDiedError                the watchdog saw a running vLLM exit
     ├── GatewayStartError            the gateway thread could not bind or start
+    │   └── InsecureBindError        a non-loopback address without API keys (and without --insecure)
     ├── AdminTokenMissingError       an admin command found no token to send
     ├── AdminAuthError               401 from the admin API (missing or wrong token)
     ├── AdapterInvalidError          400: an adapter directory failed validation (names the problem)
@@ -76,6 +77,12 @@ class GatewayStartError(ServerError):
     """The gateway's uvicorn server failed to start."""
 
     code = "gateway_start_failed"
+
+
+class InsecureBindError(GatewayStartError):
+    """The gateway would serve (and learn from) anyone on the network without an API key."""
+
+    code = "insecure_bind"
 
 
 class AdminTokenMissingError(ServerError):

@@ -195,7 +195,7 @@ def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> No
     s1.add_trajectories([traj(1)])
     s1.close()
     with sqlite3.connect(tmp_path / "fresh" / "c.db") as conn:
-        assert conn.execute("SELECT version_num FROM collector_alembic_version").fetchall() == [("0003",)]
+        assert conn.execute("SELECT version_num FROM collector_alembic_version").fetchall() == [("0004",)]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     s2 = open_store(url)  # second startup: upgrade head is a no-op, data kept
     assert s2.count() == 1

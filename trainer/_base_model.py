@@ -2,9 +2,11 @@
 
 A 2-layer Llama (hidden 128, 2 heads of dim 64 — vLLM's CPU attention refuses smaller heads — one KV
 head, ~0.4 M parameters) with the byte-level tokenizer from `_tokenizer`, trained for a couple of
-minutes on synthetic demonstrations of the demo task in which half the demonstrations copy the
-expression wrongly. The result is deliberately imperfect: it knows the format and the tool, and
-succeeds on roughly a third of held-out problems, so the closed loop has something to fix.
+minutes on synthetic demonstrations of the demo task in which most demonstrations copy the
+expression wrongly, plus tool-calling demonstrations (`_tool_demos`: the same task through a `calc`
+tool, and an order lookup) miscopied the same way. The result is deliberately imperfect: it knows the
+formats and the tools, and succeeds on roughly a third of held-out problems, so the closed loop has
+something to fix.
 
 Deterministic for a seed (same config -> same weights on the same machine). Cached under
 `$LOOPLIFT_HOME/models/tiny-<config hash>`; the directory is written to a temp name and renamed, so a
@@ -32,6 +34,7 @@ from sdk.infra import atomic_dir
 from ._data import Progress, encode_chat, train_causal_lm
 from ._lora import LORA_TARGETS
 from ._tokenizer import build_tokenizer
+from ._tool_demos import calc_demo, lookup_demo
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,11 @@ class BaseModelConfig:
     """Synthetic demonstrations of the demo task (never from the held-out set)."""
     miscopy_p: float = 0.7
     """Fraction of demonstrations whose code copies the expression wrongly (sets the base success rate)."""
-    steps: int = 800
+    calc_demos: int = 2_000
+    """Tool-calling demonstrations of the demo task (`calc`, `_tool_demos`), miscopied like the others."""
+    lookup_demos: int = 3_000
+    """Tool-calling demonstrations of an order lookup (`lookup_order`, `_tool_demos`), miscopied the same way."""
+    steps: int = 1_000
     """Optimizer steps."""
     batch_size: int = 64
     lr: float = 3e-3
@@ -67,8 +74,25 @@ def _tokenizer_corpus(seed: int) -> list[str]:
     for task in training_tasks(2000, seed + 17):
         for m in demonstration(task, rng, miscopy_p=0.5):
             texts.append(m["content"])
-    texts += ["Error: NameError: name 'x' is not defined", "Correct.", "Incorrect.", "Output: ", "Answer: "]
+    tool_convs = [calc_demo(t, rng, miscopy_p=0.5) for t in training_tasks(300, seed + 19)]
+    tool_convs += [lookup_demo(rng, miscopy_p=0.5) for _ in range(300)]
+    for msgs, _tools in tool_convs:
+        for m in msgs:
+            texts.append(m["content"] or "")
+            texts += [f'{{"name": "{c["function"]["name"]}", "arguments": {c["function"]["arguments"]}}}'
+                      for c in m.get("tool_calls") or []]
+    texts += ["Error: NameError: name 'x' is not defined", "Correct.", "Incorrect.", "Output: ", "Answer: ",
+              "Tools: calc(expression) lookup_order(order_id)"]
     return texts
+
+
+def _demonstrations(cfg: BaseModelConfig, tok, rng: random.Random) -> list[tuple[list[int], list[int]]]:  # type: ignore[no-untyped-def]
+    """The encoded training conversations: the demo task as text, then as `calc` calls, then order lookups."""
+    tasks = training_tasks(cfg.n_demos, cfg.seed + 1)
+    examples = [encode_chat(tok, demonstration(t, rng, miscopy_p=cfg.miscopy_p)) for t in tasks]
+    tool_convs = [calc_demo(t, rng, miscopy_p=cfg.miscopy_p) for t in training_tasks(cfg.calc_demos, cfg.seed + 2)]
+    tool_convs += [lookup_demo(rng, miscopy_p=cfg.miscopy_p) for _ in range(cfg.lookup_demos)]
+    return examples + [encode_chat(tok, msgs, tools=tools) for msgs, tools in tool_convs]
 
 
 def _llama_config(cfg: BaseModelConfig, vocab: int, tok) -> LlamaConfig:  # type: ignore[no-untyped-def]
@@ -145,8 +169,7 @@ def build_base_model(
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     tok = build_tokenizer(_tokenizer_corpus(cfg.seed), vocab_size=cfg.vocab_size)
-    tasks = training_tasks(cfg.n_demos, cfg.seed + 1)
-    examples = [encode_chat(tok, demonstration(t, rng, miscopy_p=cfg.miscopy_p)) for t in tasks]
+    examples = _demonstrations(cfg, tok, rng)
     model = LlamaForCausalLM(_llama_config(cfg, len(tok), tok))
     loss = train_causal_lm(model, examples, pad_id=tok.pad_token_id, steps=cfg.steps, batch_size=cfg.batch_size,
                            lr=cfg.lr, seed=cfg.seed, progress=progress)

@@ -128,6 +128,9 @@ _GATEWAY = typer.Option(None, "--gateway", help="Gateway URL (default http://127
 _TOKEN = typer.Option(None, "--token", help="Admin token (default $LOOPLIFT_ADMIN_TOKEN or the token file).")
 _APP = typer.Option(None, "--app", help="Only train on this app's trajectories.")
 _MIN_REWARD = typer.Option(None, "--min-reward", help="Only train on trajectories with at least this reward (1.0).")
+_MIN_SCORE = typer.Option(None, "--min-score", help="Instead of --min-reward: train on trajectories whose final score "
+                                                    "(verifier and/or user ratings) is at least this (feedback-judged "
+                                                    "apps, e.g. 0.75).")
 _MIN_EXAMPLES = typer.Option(None, "--min-examples", help="Skip the run when fewer examples are exported (8).")
 _HOLDOUT = typer.Option(None, "--holdout", help="Export with this holdout fraction, so a from-holdout suite's tasks "
                                                 "never train (default: what the suite file declares).")
@@ -172,6 +175,7 @@ def run_cmd(
     eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
     base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
     token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
+    min_score: Optional[float] = _MIN_SCORE,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
     canary: Optional[float] = _CANARY, nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
@@ -187,8 +191,9 @@ def run_cmd(
     from .errors import JobInterrupted
 
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_examples=min_examples, holdout=holdout, alpha=alpha,
-                      slice_tolerance=slice_tolerance, runs_dir=runs_dir, canary=canary, nproc=nproc, strategy=strategy)
+                      app=app_name, min_reward=min_reward, min_score=min_score, min_examples=min_examples,
+                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, canary=canary,
+                      nproc=nproc, strategy=strategy)
     stop = StopToken()
     try:
         with sigterm_stops(stop):
@@ -277,6 +282,7 @@ def schedule_cmd(
     eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
     base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
     token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
+    min_score: Optional[float] = _MIN_SCORE,
     min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
     slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
     nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
@@ -296,8 +302,9 @@ def schedule_cmd(
     except TrainerError as e:
         _fail(str(e), 2)
     job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_examples=min_examples, holdout=holdout, alpha=alpha,
-                      slice_tolerance=slice_tolerance, runs_dir=runs_dir, nproc=nproc, strategy=strategy)
+                      app=app_name, min_reward=min_reward, min_score=min_score, min_examples=min_examples,
+                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, nproc=nproc,
+                      strategy=strategy)
     scheduler = Scheduler(job, sched, suite,  # type: ignore[arg-type]
                           status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     console.print(f"scheduler: cron={sched.cron} new-data={sched.new_data} drift={sched.drift}; polling every "

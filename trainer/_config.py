@@ -15,6 +15,7 @@ are relative to the file's directory.
     gateway = "http://127.0.0.1:8000"
     alias = "policy"
     min_reward = 1.0                 # train on trajectories with at least this reward
+    min_score = 0.75                 # or: with at least this final score (feedback-judged apps; replaces min_reward)
     min_examples = 8                 # skip a run with fewer examples
     holdout = 0.1                    # export with this holdout fraction (tasks of a from-holdout suite)
     runs_dir = "runs"                # default $LOOPLIFT_HOME/trainer/runs
@@ -75,8 +76,9 @@ _NUM = (int, float)
 #: section -> key -> accepted Python types of the TOML value.
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
-                "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_examples": (int,), "holdout": _NUM,
-                "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM, "nproc": (int,),
+                "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_score": _NUM, "min_examples": (int,),
+                "holdout": _NUM, "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM,
+                "nproc": (int,),
                 "strategy": (str,)},
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
@@ -234,6 +236,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         collector_db=t.get("db") or f"sqlite:///{looplift_home() / 'collector.db'}",
         gateway_url=t.get("gateway", D.GATEWAY_URL), admin_token=admin_token, alias=t.get("alias", D.ALIAS),
         app=t.get("app"), eval=spec, algo=t.get("algo", D.ALGO), min_reward=float(t.get("min_reward", D.MIN_REWARD)),
+        min_score=None if t.get("min_score") is None else float(t["min_score"]),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
         **algos, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary, dist=dist,

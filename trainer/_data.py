@@ -23,8 +23,11 @@ IGNORE = -100
 Progress = Callable[[int, int, float], None]  # (step, total, loss)
 
 
-def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, max_len: int = 512) -> tuple[list[int], list[int]]:
-    """Return (input_ids, labels) for one conversation; labels are -100 outside assistant turns.
+def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Optional[Sequence[dict[str, Any]]] = None,
+                max_len: int = 512) -> tuple[list[int], list[int]]:
+    """Return (input_ids, labels) for one conversation; labels are -100 outside assistant turns. `tools` (OpenAI
+    function specs) are rendered as the server renders a request's `tools`, so a tool-using conversation trains
+    on the prompt the model will see.
 
     Assistant spans are found by rendering growing prefixes of the conversation: the tokens between
     "everything before, plus the generation prompt" and "everything up to and including this message"
@@ -32,7 +35,8 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, max_len: 
     identically (true for our template and for most chat templates)."""
 
     def ids(msgs: Sequence[dict[str, Any]], gen: bool) -> list[int]:
-        out = tokenizer.apply_chat_template(list(msgs), tokenize=True, add_generation_prompt=gen)
+        out = tokenizer.apply_chat_template(list(msgs), tools=list(tools) if tools else None, tokenize=True,
+                                            add_generation_prompt=gen)
         # transformers 5 returns a BatchEncoding-like mapping; older versions a list.
         return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 

@@ -75,6 +75,9 @@ class JobConfig:
     """The train step: a name in `TRAIN_STEPS` or `PKG.MODULE:ATTR`."""
     min_reward: float = D.MIN_REWARD
     """Rejection sampling: only trajectories with at least this reward are trained on."""
+    min_score: Optional[float] = None
+    """Instead of `min_reward`: only trajectories whose final score (verifier reward and/or user ratings, see
+    `collector._score`) is at least this — what an app judged by its users' feedback trains on."""
     min_examples: int = D.MIN_EXAMPLES
     """Skip the run when fewer examples are exported."""
     holdout: Optional[float] = None

@@ -75,7 +75,10 @@ def _sft_export(ctx: JobContext) -> TrainData:
     from collector import export
 
     cfg = ctx.config
-    manifest = export(cfg.collector_db, ctx.run_dir / "data.jsonl", format="sft", min_reward=cfg.min_reward,
+    # Verified by the app's verifier (min_reward), or, for apps judged by their users, by the final score.
+    by_score = cfg.min_score is not None
+    manifest = export(cfg.collector_db, ctx.run_dir / "data.jsonl", format="sft",
+                      min_reward=None if by_score else cfg.min_reward, min_score=cfg.min_score,
                       app=cfg.app, holdout=cfg.holdout)
     return TrainData(Path(manifest.path), manifest.count, manifest.sha256)
 

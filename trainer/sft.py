@@ -1,6 +1,6 @@
 """Supervised fine-tuning with LoRA on exported trajectories (rejection-sampling SFT).
 
-Input: the `collector export --format sft` JSONL (one `{"messages": [...]}` per line). Loss is on the
+Input: the `collector export --format sft` JSONL (one `{"messages": [...], "tools"?: [...]}` per line). Loss is on the
 model's own tokens only — each assistant turn and its end-of-turn token; prompts, environment feedback
 and sandbox output are masked (see `_data.encode_chat`). The adapter is a plain peft directory that
 vLLM loads as it is (`POST /v1/load_lora_adapter`).
@@ -24,9 +24,10 @@ from typing import Optional
 import torch
 from transformers import AutoTokenizer
 
-from ._data import Progress, encode_chat, jsonl_fields, train_causal_lm
+from ._data import Progress, encode_chat, train_causal_lm
 from ._lora import lora_model
 from ._dist import Dist
+from ._json import jsonl_objects
 from .errors import TrainingDataError
 
 
@@ -62,13 +63,17 @@ class SFTResult:
     seconds: float
 
 
-def load_sft_jsonl(path: Path) -> list[list[dict]]:  # type: ignore[type-arg]
-    """The conversations in an SFT export; a line that is not a chat with an assistant turn is an error."""
+def load_sft_jsonl(path: Path) -> list[tuple[list[dict], Optional[list[dict]]]]:  # type: ignore[type-arg]
+    """The (conversation, tools) pairs in an SFT export (`tools`: the function specs a tool-using conversation
+    was given, else None); a line that is not a chat with an assistant turn is an error."""
     convs = []
-    for n, (msgs,) in jsonl_fields(path, "an SFT record with `messages`", ["messages"]):
-        if not any(m.get("role") == "assistant" for m in msgs):
+    for n, record in jsonl_objects(path, TrainingDataError, "an SFT record with `messages`"):
+        msgs = record.get("messages") if isinstance(record, dict) else None
+        if not isinstance(msgs, list):
+            raise TrainingDataError(f"{path}:{n}: not an SFT record with `messages`")
+        if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in msgs):
             raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on")
-        convs.append(msgs)
+        convs.append((msgs, record.get("tools") or None))
     return convs
 
 
@@ -92,7 +97,8 @@ def train_sft(
         raise TrainingDataError(f"{data} has no training examples; collect successful episodes first")
     torch.manual_seed(config.seed)  # the same LoRA init on every rank
     tok = AutoTokenizer.from_pretrained(base_model_dir)
-    examples = [encode_chat(tok, c, max_len=config.max_len) for c in convs]
+    # Tools are rendered into the prompt as the server renders a request's `tools`.
+    examples = [encode_chat(tok, c, tools=tools, max_len=config.max_len) for c, tools in convs]
     model = dist.wrap(lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, dropout=config.dropout))
     curve: list[float] = []
 

@@ -1,0 +1,205 @@
+"""Capture: each `/v1/chat/completions` exchange becomes collector data, off the request path.
+
+Opt-in (`GatewaySettings.capture`, `looplift up --capture`) or per API key (`capture_key_ids`). On the
+request path the proxy only does what it must do anyway plus a few appends: `begin` reads the
+`X-Looplift-*` headers and keeps a reference to the request fields `_body` already parsed; the relay
+appends the answer's bytes (the JSON body, or each SSE chunk) to the `Exchange`; `finish` puts a
+successful exchange (HTTP 200, stream not broken off) on a bounded queue without waiting. A full queue
+drops the exchange and counts it (`looplift_gateway_capture_dropped{reason="queue_full"}`): capture never
+slows or fails a request.
+
+A worker thread parses the answer, stitches sessions and builds the trajectory (`_capture_build`), and
+hands it to the SDK's own `CollectorClient`, which batches it to the collector and spools it to disk
+while the collector is down (`looplift_gateway_capture_spooled`, replayed when it answers again). The
+collector anonymizes it before storing, like all other data. A capture that fails to build is logged and
+counted as dropped (`reason="error"`); it never reaches the request either.
+
+Metrics (the dashboard shows every `capture`/`drop` family): `looplift_gateway_capture_exchanges` (sent
+to the collector client), `looplift_gateway_capture_dropped{reason}`, and at scrape time
+`looplift_gateway_capture_queue` and `looplift_gateway_capture_spooled` / `_replayed` / `_rejected`.
+
+A request sent with `X-Looplift-Capture: off` is not captured: the SDK sends it when it records the
+episode itself (a collector was given: its trajectory, with the verifier's outcome, is the record), and the
+trainer's eval gate always does (eval traffic must never become training data).
+
+Deliberately not here: `/v1/completions` (no conversation to stitch), anonymization (the collector's job),
+and anything a client did not send through the gateway.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sdk import CollectorClient
+
+from ._capture_build import Exchange, SessionBook, parse_json_answer, parse_sse_answer
+from ._settings import GatewaySettings
+
+log = logging.getLogger("looplift.server.capture")
+
+_STOP = object()
+_HEADERS = {b"x-looplift-session": "session", b"x-looplift-app": "app", b"x-looplift-task": "task",
+            b"x-looplift-capture": "capture"}
+#: Response ids remembered as captured (so feedback right after a completion waits for its delivery).
+_RECENT = 50_000
+
+
+class _Scrape(Collector):
+    def __init__(self, capture: "Capture") -> None:
+        self._c = capture
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("looplift_gateway_capture_queue", "Captured exchanges waiting for the capture worker.",
+                                value=self._c.queued)
+        stats = self._c.client.stats
+        for name, value, what in (("spooled", stats.spooled, "spooled to disk while the collector was unreachable"),
+                                  ("replayed", stats.replayed, "replayed from the spool"),
+                                  ("rejected", stats.rejected, "refused by the collector as malformed")):
+            yield GaugeMetricFamily(f"looplift_gateway_capture_{name}", f"Captured trajectories {what}.", value=value)
+
+
+def headers_of(scope: Any) -> dict[str, str]:
+    """The `X-Looplift-Session/App/Task/Capture` values of a request (by field name), from its ASGI scope."""
+    out = {}
+    for k, v in scope["headers"]:
+        name = _HEADERS.get(k)
+        if name is not None:
+            value = v.decode("latin-1").strip()
+            if value:
+                out[name] = value
+    return out
+
+
+def _stream_complete(chunks: list[bytes]) -> bool:
+    """Whether the relayed SSE bytes end with the `data: [DONE]` event (it may straddle chunks)."""
+    tail = b""
+    for chunk in reversed(chunks):
+        tail = chunk + tail
+        if len(tail) >= 64:
+            break
+    return b"data: [DONE]" in tail[-64:]
+
+
+class Capture:
+    """The capture queue, its worker thread and its collector client (see the module docstring)."""
+
+    def __init__(self, settings: GatewaySettings, registry: CollectorRegistry, client: CollectorClient) -> None:
+        self.settings = settings
+        self.client = client
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=settings.capture_queue)
+        self._book = SessionBook()
+        self._recent: OrderedDict[str, str] = OrderedDict()
+        self._recent_lock = threading.Lock()
+        self._sent = Counter("looplift_gateway_capture_exchanges", "Captured exchanges handed to the collector client.",
+                             registry=registry)
+        self._dropped = Counter("looplift_gateway_capture_dropped", "Captured exchanges dropped, by reason "
+                                "(queue_full: the worker fell behind; error: the exchange could not be turned into "
+                                "a trajectory).", ["reason"], registry=registry)
+        self._dropped_full = self._dropped.labels("queue_full")
+        self._dropped_error = self._dropped.labels("error")
+        self._scrape = _Scrape(self)
+        registry.register(self._scrape)
+        self._registry = registry
+        self._thread = threading.Thread(target=self._run, name="looplift-capture", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, settings: GatewaySettings, registry: CollectorRegistry, collector_url: str,
+              collector_key: Optional[str], spool_dir: Path) -> "Capture":
+        """A capture delivering to the collector at `collector_url` (spooling under `spool_dir`)."""
+        client = CollectorClient(collector_url, api_key=collector_key, spool_dir=spool_dir)
+        return cls(settings, registry, client)
+
+    # ---- the request path (event loop): no waiting, no parsing -----------------------------------
+    def wants(self, key_id: Optional[str]) -> bool:
+        """Whether a request sent with API key `key_id` (None: no key) is captured."""
+        return self.settings.capture or (key_id is not None and key_id in self.settings.capture_key_ids)
+
+    def begin(self, fields: dict[str, Any], model: str, version: str, key_id: Optional[str],
+              headers: dict[str, str]) -> Optional[Exchange]:
+        """Start capturing one exchange (the proxy fills `body` / `chunks` as it relays the answer); None when
+        the request asks not to be captured (`X-Looplift-Capture: off`)."""
+        if headers.get("capture", "").lower() == "off":
+            return None
+        return Exchange(fields=fields, model=model, version=version, key_id=key_id, app=headers.get("app"),
+                        session=headers.get("session"), task=headers.get("task"), started_at=time.time(),
+                        stream=bool(fields.get("stream")))
+
+    def finish(self, ex: Exchange, status: str, seconds: float) -> None:
+        """The exchange ended with `status` after `seconds`: queue it if it succeeded; drop it if the queue is full.
+        A stream the client closed after its `data: [DONE]` (what the official client does as soon as it reads
+        it, often before vLLM's connection ends) is a complete exchange too."""
+        if status != "200" and not (status == "client_closed" and _stream_complete(ex.chunks)):
+            return
+        ex.latency_s = seconds
+        try:
+            self._queue.put_nowait(ex)
+        except queue.Full:
+            self._dropped_full.inc()
+
+    # ---- the worker thread ---------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        """Exchanges waiting for the worker."""
+        return self._queue.qsize()
+
+    def _run(self) -> None:
+        while True:
+            ex = self._queue.get()
+            try:
+                if ex is _STOP:
+                    return
+                self._capture(ex)
+            except Exception:
+                log.exception("capture: could not turn an exchange into a trajectory; dropped")
+                self._dropped_error.inc()
+            finally:
+                self._queue.task_done()
+
+    def _capture(self, ex: Exchange) -> None:
+        reply = parse_sse_answer(ex.chunks) if ex.chunks else parse_json_answer(ex.body)
+        traj = self._book.trajectory(ex, reply, self.settings.capture_app)
+        self.client.submit(traj)
+        self._sent.inc()
+        if reply.response_id:
+            with self._recent_lock:
+                self._recent[reply.response_id] = traj.id
+                while len(self._recent) > _RECENT:
+                    self._recent.popitem(last=False)
+
+    # ---- delivery ------------------------------------------------------------------------------------
+    def knows(self, response_id: str) -> bool:
+        """Whether the worker captured `response_id` (recently: the last `_RECENT` completions)."""
+        with self._recent_lock:
+            return response_id in self._recent
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every exchange queued so far was handed to the collector client and the client sent (or
+        spooled) it; True if that happened within `timeout` seconds. Blocking: call it from a thread."""
+        deadline = time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(left)
+        return self.client.flush(max(0.1, deadline - time.monotonic()))
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (or spool it), then stop the worker and the client."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        self.client.close(timeout)
+        self._registry.unregister(self._scrape)
+        self._registry.unregister(self._sent)
+        self._registry.unregister(self._dropped)
