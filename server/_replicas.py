@@ -19,6 +19,11 @@ router. The single-upstream gateway does not use it at all (one `Upstream`, no p
 * Retries live in the proxy (`_proxy.RoutedProxy`): a request that failed before a byte went back is
   sent to another replica; a stream cut mid-way ends with an SSE error event naming the replica.
 
+* Blue/green (full-weight versions, driven by the registry): `start_base` starts and warms a second set of
+  local vLLMs (same count, same flags) on another checkpoint while the current set keeps serving; `flip_base`
+  routes every new request to it in one synchronous step and returns the coroutine that waits until the old
+  replicas have no request in flight (polled every 50 ms) and stops them. Adapters are not carried over.
+
 Deliberately not here: vLLM's own data parallelism and external routers (vllm-router, llm-d) -- those are
 one upstream to the gateway; weighted or cache-aware routing beyond session affinity; cross-replica
 queueing (vLLM queues per replica).
@@ -31,7 +36,8 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence, Union
+from pathlib import Path
+from typing import Any, Callable, Coroutine, Optional, Sequence, Union
 
 from . import _defaults as D
 from ._models import ReplicaInfo
@@ -39,7 +45,7 @@ from ._registry import _same_path
 from ._settings import GatewaySettings
 from ._upstream import Upstream
 from ._vllm import VLLMConfig, VLLMServer, replica_env, start_vllm
-from .errors import UpstreamError
+from .errors import BaseConflictError, UpstreamError
 
 log = logging.getLogger("looplift.server.replicas")
 
@@ -175,6 +181,10 @@ class ReplicaSet:
         self._closing = False
         self._watcher: Optional[asyncio.Task[None]] = None
         self._restarts: set[asyncio.Task[None]] = set()
+        #: The name the replicas serve their base model under (changes with `flip_base`).
+        self.base_name = settings.base_version
+        #: The checkpoint the local replicas were first started on (a full version's rollback target).
+        self._origin_dir = next((s.config.model_dir for s in sources if isinstance(s, LocalReplica)), None)
 
     # ---- routing (the hot path: no awaits) ---------------------------------------------------
     def pick(self, session: Optional[str], tried: Sequence[Replica] = ()) -> Optional[Replica]:
@@ -369,7 +379,7 @@ class ReplicaSet:
         """Make `r` serve exactly the wanted adapters (leftovers unloaded, missing ones loaded), then let it in."""
         async with self._lock:
             served = await r.upstream.models()
-            base = self.settings.base_version
+            base = self.base_name
             if served.get(base, PARTIAL) is not None:
                 raise UpstreamError(f"it does not serve the base model as {base!r} (it serves {sorted(served)})")
             for mid, path in list(served.items()):
@@ -383,3 +393,46 @@ class ReplicaSet:
             r.versions = served
             self._mark_up(r)
 
+
+    # ---- blue/green: a new set for a full-weight version ----------------------------------------
+    async def start_base(self, name: str, model_dir: Optional[str]) -> list[Replica]:
+        """Start and warm as many local vLLMs as the set has, with the same flags, serving `model_dir` (None: the
+        checkpoint the set was first started on) as `name`; nothing routes to them until `flip_base`. Raises
+        `BaseConflictError` when a replica was not started here, `VLLMStartError` when one does not come up
+        (those started are stopped; the current set keeps serving)."""
+        locals_ = [r.local for r in self.replicas]
+        if not all(locals_) or self._origin_dir is None:
+            raise BaseConflictError("full-weight versions need vLLM replicas started by this gateway (`looplift "
+                                    "server start --model DIR --replicas N`), not --upstream URLs")
+        cfg = locals_[0].config  # type: ignore[union-attr]
+        log_path = cfg.log_path and cfg.log_path.with_name(f"{cfg.log_path.stem}-{name}{cfg.log_path.suffix}")
+        new = replace(cfg, model_dir=Path(model_dir) if model_dir else self._origin_dir, served_model_name=name,
+                      port=0, log_path=log_path, warm_up=True)
+        started = await asyncio.get_running_loop().run_in_executor(None, start_local_replicas, new, len(locals_))
+        return [Replica(url=lr.url, upstream=Upstream(lr.url, read_timeout_s=self.settings.request_timeout_s),
+                        local=lr, healthy=True, versions={name: None}, detail=None) for lr in started]
+
+    def flip_base(self, name: str, new: list[Replica]) -> Coroutine[Any, Any, None]:
+        """Route every new request to `new` (serving `name`) now; returns the coroutine that drains and stops
+        the old set (requests already sent there finish)."""
+        old, self.replicas = self.replicas, new
+        self._up = list(new)
+        self._affinity.clear()
+        self._wanted = {}
+        self.base_name = name
+        return self._retire(old)
+
+    async def _retire(self, old: list[Replica]) -> None:
+        try:
+            while any(r.in_flight for r in old):
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*(asyncio.to_thread(r.local.stop) for r in old if r.local is not None))
+            log.info("stopped the previous vLLM set (%s)", ", ".join(r.url for r in old))
+        except asyncio.CancelledError:  # the gateway is closing: the old set must not outlive it
+            for r in old:
+                if r.local is not None:
+                    r.local.stop()
+            raise
+        finally:
+            for r in old:
+                await r.upstream.close()
