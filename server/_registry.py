@@ -70,6 +70,7 @@ from .errors import (
     ServerError,
     UpstreamError,
     VersionExistsError,
+    VLLMStartError,
     VersionNotFoundError,
 )
 
@@ -366,8 +367,10 @@ class Registry:
         except BaseConflictError:
             raise
         except ServerError as e:
-            first = e.message.strip().splitlines()[0] if e.message.strip() else type(e).__name__
-            raise UpstreamError(f"starting vLLM for {v.name} failed: {first}; {self.serving} keeps serving") from None
+            first = (e.message.strip().splitlines() or [type(e).__name__])[0]
+            where = f" (log: {e.log_path})" if isinstance(e, VLLMStartError) else ""
+            raise UpstreamError(f"starting vLLM for {v.name} failed: {first}{where}; {self.serving} keeps serving"
+                                ) from None
         self._event("load", v.name, detail=f"started {len(new)} vLLM(s) on {v.model_dir or 'the first checkpoint'} "
                     f"in {time.perf_counter() - t0:.1f} s")
         return new

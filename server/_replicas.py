@@ -184,6 +184,8 @@ class ReplicaSet:
         #: The name the replicas serve their base model under (changes with `flip_base`).
         self.base_name = settings.base_version
         #: The checkpoint the local replicas were first started on (a full version's rollback target).
+        #: Local replicas this set started itself (`start_base`): it stops them when it closes.
+        self._owned: set[LocalReplica] = set()
         self._origin_dir = next((s.config.model_dir for s in sources if isinstance(s, LocalReplica)), None)
 
     # ---- routing (the hot path: no awaits) ---------------------------------------------------
@@ -333,6 +335,7 @@ class ReplicaSet:
         await asyncio.gather(*tasks, return_exceptions=True)
         for r in self.replicas:
             await r.upstream.close()
+        await asyncio.gather(*(asyncio.to_thread(lr.stop) for lr in self._owned))
 
     async def _watch(self) -> None:
         while True:
@@ -409,6 +412,7 @@ class ReplicaSet:
         new = replace(cfg, model_dir=Path(model_dir) if model_dir else self._origin_dir, served_model_name=name,
                       port=0, log_path=log_path, warm_up=True)
         started = await asyncio.get_running_loop().run_in_executor(None, start_local_replicas, new, len(locals_))
+        self._owned.update(started)
         return [Replica(url=lr.url, upstream=Upstream(lr.url, read_timeout_s=self.settings.request_timeout_s),
                         local=lr, healthy=True, versions={name: None}, detail=None) for lr in started]
 
