@@ -2,15 +2,15 @@
 
 The unit tests drive `Registry` with `FakeSets`, an in-memory `AdapterControl` + `BaseControl` (a "vLLM set" is a
 list of names; retiring one waits on an event the test sets), so no HTTP and no vLLM. The slow test runs the real
-thing on vLLM CPU: a one-replica set on the tiny base model, a full version made by perturbing a copy of it,
-promoted and rolled back under concurrent requests, never more than two vLLMs at once.
+thing on vLLM CPU: a one-replica set on the session's tiny model, a full version with the same shapes and other
+weights (another seed), promoted and rolled back under concurrent requests, never more than two vLLMs at once.
+(The trained `looplift_base_model` would cost ~4 CPU-minutes to build for no extra coverage here.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import struct
 import threading
 import time
@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from _adapters import write_adapter
-from server import AdapterInvalidError, GatewaySettings, UpstreamError
+from server import AdapterInvalidError, GatewaySettings, UpstreamError, VersionInfo
 from server._registry import Registry
 from server._validate import validate_checkpoint, version_kind
 from server.errors import BaseConflictError, CanaryError, VLLMStartError
@@ -109,6 +109,17 @@ async def _ready(settings: GatewaySettings, fake: FakeVLLM) -> Registry:
     return await Registry(settings, fake).ready()
 
 
+async def _promoted_full(settings: GatewaySettings, tmp_path: Path) -> tuple[FakeSets, Registry, VersionInfo]:
+    """A registry whose alias serves a full version (its old set already retired)."""
+    fake = FakeSets()
+    fake.release_old.set()
+    reg = await _ready(settings, fake)
+    full = await reg.load(str(write_checkpoint(tmp_path / "ck")))
+    await reg.promote(full.name)
+    await reg.wait_drained(5)
+    return fake, reg, full
+
+
 async def test_full_version_registers_without_starting_anything(settings: GatewaySettings, tmp_path: Path) -> None:
     fake = FakeSets()
     reg = await _ready(settings, fake)
@@ -139,11 +150,7 @@ async def test_promote_full_switches_sets_and_drains_old(settings: GatewaySettin
 
 
 async def test_rollback_restarts_previous_base(settings: GatewaySettings, tmp_path: Path) -> None:
-    fake = FakeSets()
-    fake.release_old.set()
-    reg = await _ready(settings, fake)
-    full = await reg.load(str(write_checkpoint(tmp_path / "ck")))
-    await reg.promote(full.name)
+    fake, reg, full = await _promoted_full(settings, tmp_path)
     result = await reg.rollback()
     assert (result.serving, result.previous) == (BASE, full.name)
     assert fake.started[-1] == (BASE, None)  # None: the checkpoint the set was first started on
@@ -194,12 +201,7 @@ async def test_single_upstream_refuses_full_versions(settings: GatewaySettings, 
 
 
 async def test_restart_keeps_full_version_record(settings: GatewaySettings, tmp_path: Path) -> None:
-    fake = FakeSets()
-    fake.release_old.set()
-    reg = await _ready(settings, fake)
-    full = await reg.load(str(write_checkpoint(tmp_path / "ck")))
-    await reg.promote(full.name)
-    await reg.wait_drained(5)
+    _, _, full = await _promoted_full(settings, tmp_path)
     # A restarted gateway's vLLM serves the base again: the full version is remembered but not serving.
     again = await _ready(settings, FakeSets())
     assert again.versions[full.name].model_dir == full.model_dir
@@ -212,36 +214,21 @@ MAX_REQUESTS = 3000
 PROMPT = [{"role": "user", "content": "What is 2+3?"}]
 
 
-def _perturbed_copy(src: Path, dst: Path) -> None:
-    """A copy of the tiny model whose greedy output differs: scale the output projection."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(src, dst)
-    for f in dst.glob("*.safetensors"):
-        tensors = load_file(str(f))
-        torch.manual_seed(0)
-        for k in tensors:
-            if k.endswith("lm_head.weight") or k.endswith("embed_tokens.weight"):
-                tensors[k] = tensors[k] + torch.randn_like(tensors[k]) * tensors[k].std() * 2
-        save_file(tensors, str(f), metadata={"format": "pt"})
-
-
 def _answer(client: httpx.Client) -> tuple[str, str]:
     r = client.post("/v1/chat/completions", json={"model": "policy", "messages": PROMPT, "max_tokens": 8,
-                                                  "temperature": 0})
+                                                  "temperature": 0, "ignore_eos": True})
     r.raise_for_status()
     body = r.json()
     return body["model"], body["choices"][0]["message"]["content"]
 
 
 @pytest.mark.slow
-def test_blue_green_under_load(looplift_base_model: Path, tmp_path: Path) -> None:
+def test_blue_green_under_load(looplift_model_dir: Path, tmp_path: Path) -> None:
     from server import AdminClient, LocalReplica, VLLMConfig, start_gateway_in_thread, start_local_replicas
+    from trainer._base_model import write_untrained
 
-    new_dir = tmp_path / "new-checkpoint"
-    _perturbed_copy(looplift_base_model, new_dir)
-    local: list[LocalReplica] = start_local_replicas(VLLMConfig(model_dir=looplift_base_model, port=0, warm_up=True,
+    new_dir = write_untrained(tmp_path / "new-checkpoint", seed=1)  # same shapes, other weights: other answers
+    local: list[LocalReplica] = start_local_replicas(VLLMConfig(model_dir=looplift_model_dir, port=0, warm_up=True,
                                                                 log_path=tmp_path / "vllm.log"), 1)
     old_pid = local[0].pid
     settings = GatewaySettings(admin_token="t", state_dir=tmp_path / "state", alias="policy")
