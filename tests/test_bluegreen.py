@@ -223,6 +223,7 @@ def _answer(client: httpx.Client) -> tuple[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_blue_green_under_load(looplift_model_dir: Path, tmp_path: Path) -> None:
     from server import AdminClient, LocalReplica, VLLMConfig, start_gateway_in_thread, start_local_replicas
     from trainer._base_model import write_untrained
