@@ -186,7 +186,8 @@ class ReplicaSet:
         #: The checkpoint the local replicas were first started on (a full version's rollback target).
         #: Local replicas this set started itself (`start_base`): it stops them when it closes.
         self._owned: set[LocalReplica] = set()
-        self._origin_dir = next((s.config.model_dir for s in sources if isinstance(s, LocalReplica)), None)
+        #: How the local replicas were first started (flags for every new set; its checkpoint: the base's).
+        self._origin = next((s.config for s in sources if isinstance(s, LocalReplica)), None)
 
     # ---- routing (the hot path: no awaits) ---------------------------------------------------
     def pick(self, session: Optional[str], tried: Sequence[Replica] = ()) -> Optional[Replica]:
@@ -403,15 +404,14 @@ class ReplicaSet:
         checkpoint the set was first started on) as `name`; nothing routes to them until `flip_base`. Raises
         `BaseConflictError` when a replica was not started here, `VLLMStartError` when one does not come up
         (those started are stopped; the current set keeps serving)."""
-        locals_ = [r.local for r in self.replicas]
-        if not all(locals_) or self._origin_dir is None:
+        cfg, count = self._origin, len(self.replicas)
+        if cfg is None or not all(r.local for r in self.replicas):
             raise BaseConflictError("full-weight versions need vLLM replicas started by this gateway (`looplift "
                                     "server start --model DIR --replicas N`), not --upstream URLs")
-        cfg = locals_[0].config  # type: ignore[union-attr]
         log_path = cfg.log_path and cfg.log_path.with_name(f"{cfg.log_path.stem}-{name}{cfg.log_path.suffix}")
-        new = replace(cfg, model_dir=Path(model_dir) if model_dir else self._origin_dir, served_model_name=name,
+        new = replace(cfg, model_dir=Path(model_dir) if model_dir else cfg.model_dir, served_model_name=name,
                       port=0, log_path=log_path, warm_up=True)
-        started = await asyncio.get_running_loop().run_in_executor(None, start_local_replicas, new, len(locals_))
+        started = await asyncio.get_running_loop().run_in_executor(None, start_local_replicas, new, count)
         self._owned.update(started)
         return [Replica(url=lr.url, upstream=Upstream(lr.url, read_timeout_s=self.settings.request_timeout_s),
                         local=lr, healthy=True, versions={name: None}, detail=None) for lr in started]

@@ -24,6 +24,7 @@ import pytest
 from _adapters import write_adapter
 from server import AdapterInvalidError, GatewaySettings, UpstreamError, VersionInfo
 from server._registry import Registry
+from server._replicas import ReplicaSet
 from server._validate import validate_checkpoint, version_kind
 from server.errors import BaseConflictError, CanaryError, VLLMStartError
 from test_server_swap import BASE, FakeVLLM
@@ -198,6 +199,13 @@ async def test_single_upstream_refuses_full_versions(settings: GatewaySettings, 
     with pytest.raises(BaseConflictError, match="--replicas"):
         await reg.load(str(write_checkpoint(tmp_path / "ck")))
     assert list(reg.versions) == [BASE]
+
+
+async def test_remote_replicas_cannot_start_a_set(settings: GatewaySettings) -> None:
+    rs = ReplicaSet(settings, ["http://127.0.0.1:9", "http://127.0.0.1:10"])
+    with pytest.raises(BaseConflictError, match="--upstream"):
+        await rs.start_base("policy-v1", "/nowhere")
+    assert rs.base_name == BASE
 
 
 async def test_restart_keeps_full_version_record(settings: GatewaySettings, tmp_path: Path) -> None:
