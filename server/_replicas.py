@@ -110,18 +110,20 @@ class LocalReplica:
 
 
 def start_local_replicas(config: VLLMConfig, count: int,
-                         progress: Optional[Callable[[float, str], None]] = None) -> list[LocalReplica]:
+                         progress: Optional[Callable[[float, str], None]] = None, *, first: int = 0,
+                         total: Optional[int] = None) -> list[LocalReplica]:
     """Start `count` vLLMs from `config`, one after the other (on a small machine two loading at once take as
     long, and an interruption then always finds every started one listed for stopping), each on its own share
     of the machine (`replica_env`), replica i > 1 logging to `<log>-<i>`. On any failure or signal, those
-    started are stopped before the error propagates."""
+    started are stopped before the error propagates. Replica i takes share `first + i` of `total` (default: i of
+    `count`); blue/green starts a set on the half of the machine the serving set does not use."""
     started: list[LocalReplica] = []
     try:
         for i in range(count):
             log = config.log_path
             if log is not None and i > 0:
                 log = log.with_name(f"{log.stem}-{i + 1}{log.suffix}")
-            cfg = replace(config, log_path=log, env={**config.env, **replica_env(i, count)})
+            cfg = replace(config, log_path=log, env={**config.env, **replica_env(first + i, total or count)})
             started.append(LocalReplica(cfg, start_vllm(cfg, progress=progress)))
     except BaseException:
         for r in started:
@@ -187,6 +189,8 @@ class ReplicaSet:
         #: Local replicas this set started itself (`start_base`): it stops them when it closes.
         self._owned: set[LocalReplica] = set()
         #: How the local replicas were first started (flags for every new set; its checkpoint: the base's).
+        #: Which half of the machine the latest started set took (the first set: all of it, "0").
+        self._half = 0
         self._origin = next((s.config for s in sources if isinstance(s, LocalReplica)), None)
 
     # ---- routing (the hot path: no awaits) ---------------------------------------------------
@@ -411,7 +415,11 @@ class ReplicaSet:
         log_path = cfg.log_path and cfg.log_path.with_name(f"{cfg.log_path.stem}-{name}{cfg.log_path.suffix}")
         new = replace(cfg, model_dir=Path(model_dir) if model_dir else cfg.model_dir, served_model_name=name,
                       port=0, log_path=log_path, warm_up=True)
-        started = await asyncio.get_running_loop().run_in_executor(None, start_local_replicas, new, count)
+        # Its own half of the cores/GPUs: next to a busy serving set on the same cores, a new vLLM's worker did
+        # not finish starting within 300 s on 2 cores.
+        self._half = 1 - self._half
+        started = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: start_local_replicas(new, count, first=self._half * count, total=2 * count))
         self._owned.update(started)
         return [Replica(url=lr.url, upstream=Upstream(lr.url, read_timeout_s=self.settings.request_timeout_s),
                         local=lr, healthy=True, versions={name: None}, detail=None) for lr in started]
