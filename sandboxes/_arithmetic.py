@@ -132,6 +132,13 @@ class ArithmeticEnv:
             return sb.run_python(code, timeout=self._timeout), stats
 
     def step(self, action: str) -> StepResult:
+        """Answer, format hint, or the code's output; every step carries the pool's stats (`info["sandbox_pool"]`)."""
+        result = self._step(action)
+        if self._pool is not None:  # a code step took it while it held its sandbox; the others take it now
+            result.info.setdefault("sandbox_pool", self._pool.stats().snapshot())
+        return result
+
+    def _step(self, action: str) -> StepResult:
         if self._task is None:
             raise RuntimeError("call reset(task) before step()")
         answer = parse_answer(action)

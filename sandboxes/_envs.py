@@ -84,8 +84,9 @@ class _Lease:
 
 
 def with_pool_stats(result: StepResult, pool: Optional[SandboxPool]) -> StepResult:
-    """`result` with `pool`'s stats snapshot in `info["sandbox_pool"]` (a few ints; nothing when no pool)."""
-    if pool is not None:
+    """`result` with `pool`'s stats snapshot in `info["sandbox_pool"]` (a few ints; nothing when no pool, and
+    a snapshot the step already took, e.g. while it held its sandbox, is kept)."""
+    if pool is not None and "sandbox_pool" not in result.info:
         result.info["sandbox_pool"] = pool.stats().snapshot()
     return result
 

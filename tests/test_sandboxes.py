@@ -565,3 +565,16 @@ def test_docker_pool_stats_reach_each_steps_info() -> None:
         assert (snap["in_use"], snap["idle"], snap["replaced"], snap["started"]) == (1, 1, 1, 3)
         shell.close()
         assert pool.stats().in_use == 0
+
+
+def test_every_arithmetic_step_on_a_pool_carries_its_stats() -> None:
+    from sdk import Task
+    from sandboxes import ArithmeticEnv
+
+    with make_pool("local", FAST, size=2) as pool:
+        env = ArithmeticEnv(pool=pool)
+        env.reset(Task(id="arith:1", prompt="2+2", data={"answer": 4}))
+        ran = env.step("```python\nprint(2+2)\n```").info["sandbox_pool"]
+        hint = env.step("four?").info  # no code, no answer: nothing ran, the pool's stats are still there
+        assert ran["size"] == 2 and ran["in_use"] == 1  # taken while this step held its sandbox
+        assert hint["format_error"] and hint["sandbox_pool"]["size"] == 2
