@@ -6,13 +6,14 @@ is it safe?".
     GET /v1/dashboard/live?window=24h   success and feedback per version, app and task group; the time series
     GET /v1/dashboard/runs              retrain runs: trigger, decision, reason, gate figures
     GET /v1/dashboard/data              trajectories per app per day, score sources, exports, PII per type
-    GET /v1/dashboard/health            gateway health and metrics, model/sandbox latency, the Langfuse export
+    GET /v1/dashboard/health            gateway health, metrics and replicas, model/sandbox latency, sandbox pools
+                                        per app, the Langfuse export
 
 Who owns what, and how it gets here without breaking the layers (the collector imports neither `server`
 nor `trainer`): the collector's own tables give the live, data and latency figures (`_dashboard_data`);
 the trainer writes each retrain run into the collector's `events` table through `collector.record_event`
 (`_events` says why a table and not an HTTP push); versions, swaps, canaries, rollbacks and gateway health
-come from the gateway's own HTTP API (`/admin/versions`, `/health`, `/metrics`), asked at request time
+come from the gateway's own HTTP API (`/admin/versions`, `/admin/replicas`, `/health`, `/metrics`), asked at request time
 with `gateway_url` and the admin token, both passed by the composition root (`looplift up`). A part that
 does not answer is shown as unreachable with the reason; the other panels still render.
 
@@ -20,7 +21,7 @@ Auth: the page itself holds no data and is served to anyone (HTML, JS, CSS, no s
 endpoint needs `Authorization: Bearer <admin token>` (the gateway's, so operators have one token). The
 link `looplift up` prints carries the token in the URL fragment (`/dashboard#token=...`), which browsers
 never send to a server; the page moves it to `sessionStorage` and removes it from the address bar.
-No build step, no CDN: the charts are SVG drawn by the page's own ~370 lines of JS; the page works offline.
+No build step, no CDN: the charts are SVG drawn by the page's own ~420 lines of JS; the page works offline.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ _UNIT_S = {"m": 60, "h": 3600, "d": 86400}
 #: Gateway metric families shown as they are (the rest of /metrics is summarized or left out).
 _METRIC_PREFIX = "looplift_gateway_"
 _METRIC_HINTS = ("capture", "replica", "canary", "drop")
+#: Rows of the gateway's `/admin/replicas` table shown (a gateway has a handful).
+_MAX_REPLICAS = 32
 
 
 def parse_window(value: str) -> timedelta:
@@ -126,6 +129,9 @@ class _Gateway:
                 status, text = await self._get(c, "/metrics")
                 if status == 200 and isinstance(text, str):
                     out["metrics"] = _metrics_summary(text)
+                status, replicas = await self._get(c, "/admin/replicas", admin=True)
+                if status == 200 and isinstance(replicas, list):  # url, healthy, in_flight, versions per vLLM
+                    out["replicas"] = replicas[:_MAX_REPLICAS]
         except httpx.HTTPError as e:
             out.update(status="unreachable", error=f"{type(e).__name__}: {e}")
         return out

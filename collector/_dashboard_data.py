@@ -9,7 +9,10 @@
 - `runs`: the trainer's retrain runs (from `events`), each with the gate's figures and a 95% Wilson
   interval around both success rates.
 - `latency`: model (generate) and environment/sandbox (execute) seconds per step, p50/p95 per app,
-  and episodes that ended in an environment error, over the newest `LATENCY_SAMPLE` trajectories.
+  and episodes that ended in an environment error, over the newest `LATENCY_SAMPLE` trajectories; and
+  per app the newest sandbox pool snapshot (size, in use, idle, starting, start failures, replaced) that
+  the app's environments put into `Step.info["sandbox_pool"]` (`sandboxes.PoolStats.snapshot()`): the
+  pool lives in the app's process, so this is how its size and load reach the collector.
 
 Every query is one aggregate over indexed columns (`created_at`, `app`, `served_version`) except
 `latency`, which parses a bounded sample of rows. Deliberately not here: anything the gateway or the
@@ -170,18 +173,29 @@ def latency(store: Store, window: timedelta, sample: int = _defaults.LATENCY_SAM
     with store.engine.connect() as conn:
         for app, blob in conn.execute(q):
             d = json.loads(blob)
-            a = per_app.setdefault(app, {"episodes": 0, "env_errors": 0, "gen": [], "exec": []})
+            a = per_app.setdefault(app, {"episodes": 0, "env_errors": 0, "gen": [], "exec": [], "pool": None})
             a["episodes"] += 1
             a["env_errors"] += d.get("end_reason") == "env_error"
+            last_pool = None
             for s in d.get("steps") or []:
                 if s.get("generate_seconds"):
                     a["gen"].append(float(s["generate_seconds"]))
                 a["exec"].append(float(s.get("execute_seconds") or 0.0))
+                last_pool = _pool_snapshot((s.get("info") or {}).get("sandbox_pool")) or last_pool
+            if a["pool"] is None:  # rows come newest first: the newest episode's last snapshot
+                a["pool"] = last_pool
     return {"sample": sample, "by_app": [
         {"app": app, "episodes": a["episodes"], "steps": len(a["exec"]), "env_errors": a["env_errors"],
          "generate_p50": _pct(a["gen"], 0.5), "generate_p95": _pct(a["gen"], 0.95),
-         "execute_p50": _pct(a["exec"], 0.5), "execute_p95": _pct(a["exec"], 0.95)}
+         "execute_p50": _pct(a["exec"], 0.5), "execute_p95": _pct(a["exec"], 0.95), "pool": a["pool"]}
         for app, a in sorted(per_app.items())]}
+
+
+def _pool_snapshot(value: Any) -> dict[str, int] | None:
+    """A step's `sandbox_pool` info as {name: int}, or None when absent or not that shape (apps write info)."""
+    if not isinstance(value, dict) or not isinstance(value.get("size"), int):
+        return None
+    return {k: int(v) for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
 
 
 def now_iso() -> str:

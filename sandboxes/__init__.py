@@ -30,7 +30,7 @@ from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, 
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
 from ._local import LocalSandbox
-from ._pool import SandboxPool
+from ._pool import PoolStats, SandboxPool
 from ._snapshot import EnvSnapshot
 from .errors import (
     EngineUnavailableError,
@@ -63,6 +63,7 @@ __all__ = [
     "ImageNotFoundError",
     "LocalSandbox",
     "OutputCallback",
+    "PoolStats",
     "Sandbox",
     "SandboxBrokenError",
     "SandboxClosedError",

@@ -122,14 +122,23 @@ class ArithmeticEnv:
         self._task = task
         return task.prompt
 
-    def _run(self, code: str) -> Any:
+    def _run(self, code: str) -> tuple[Any, dict[str, Any]]:
+        """The run's result, and the pool's stats while this step held its sandbox (none for a fixed sandbox)."""
         if self._sandbox is not None:
-            return self._sandbox.run_python(code, timeout=self._timeout)
+            return self._sandbox.run_python(code, timeout=self._timeout), {}
         assert self._pool is not None
         with self._pool.acquire() as sb:
-            return sb.run_python(code, timeout=self._timeout)
+            stats = {"sandbox_pool": self._pool.stats().snapshot()}
+            return sb.run_python(code, timeout=self._timeout), stats
 
     def step(self, action: str) -> StepResult:
+        """Answer, format hint, or the code's output; every step carries the pool's stats (`info["sandbox_pool"]`)."""
+        result = self._step(action)
+        if self._pool is not None:  # a code step took it while it held its sandbox; the others take it now
+            result.info.setdefault("sandbox_pool", self._pool.stats().snapshot())
+        return result
+
+    def _step(self, action: str) -> StepResult:
         if self._task is None:
             raise RuntimeError("call reset(task) before step()")
         answer = parse_answer(action)
@@ -140,7 +149,7 @@ class ArithmeticEnv:
         m = _CODE_RE.search(action)
         if m is None:
             return StepResult(observation=FORMAT_HINT, info={"format_error": True})
-        result = self._run(m.group(1))
+        result, pool = self._run(m.group(1))
         if result.timed_out:
             obs = "Error: timed out"
         elif result.exit_code != 0:
@@ -148,7 +157,7 @@ class ArithmeticEnv:
             obs = "Error: " + (lines[-1] if lines else f"exit code {result.exit_code}")
         else:
             obs = "Output: " + result.stdout.strip()[:200]
-        return StepResult(observation=obs, info={"exit_code": result.exit_code, "duration_s": result.duration_s})
+        return StepResult(observation=obs, info={"exit_code": result.exit_code, "duration_s": result.duration_s, **pool})
 
 
 class ArithmeticVerifier:

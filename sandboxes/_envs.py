@@ -33,7 +33,8 @@ from ._pool import SandboxPool
 from ._snapshot import EnvSnapshot
 from .errors import SandboxError
 
-__all__ = ["CodeEnv", "SandboxSource", "ShellEnv", "TestReport", "parse_file_blocks", "parse_test_output"]
+__all__ = ["CodeEnv", "SandboxSource", "ShellEnv", "TestReport", "parse_file_blocks", "parse_test_output",
+           "with_pool_stats"]
 
 #: Where an environment gets its sandbox: a sandbox (caller-owned), a pool, or a factory.
 SandboxSource = Union[Sandbox, SandboxPool, Callable[[], Sandbox]]
@@ -71,10 +72,23 @@ class _Lease:
         self.sandbox = sb
         return sb
 
+    def annotate(self, result: StepResult) -> StepResult:
+        """`result` with the pool's stats in `info["sandbox_pool"]` when the sandbox came from a pool (the
+        dashboard shows pool size and load per app from them); unchanged for a sandbox or a factory."""
+        return with_pool_stats(result, self._source if isinstance(self._source, SandboxPool) else None)
+
     def release(self) -> None:
         self.sandbox = None
         self._stack.close()
         self._stack = contextlib.ExitStack()
+
+
+def with_pool_stats(result: StepResult, pool: Optional[SandboxPool]) -> StepResult:
+    """`result` with `pool`'s stats snapshot in `info["sandbox_pool"]` (a few ints; nothing when no pool, and
+    a snapshot the step already took, e.g. while it held its sandbox, is kept)."""
+    if pool is not None and "sandbox_pool" not in result.info:
+        result.info["sandbox_pool"] = pool.stats().snapshot()
+    return result
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -291,7 +305,10 @@ class CodeEnv:
         return "\n".join(lines)
 
     def step(self, action: str) -> StepResult:
-        """Write the action's tagged files, run the tests, and report."""
+        """Write the action's tagged files, run the tests, and report (with the pool's stats in `info`)."""
+        return self._lease.annotate(self._step(action))
+
+    def _step(self, action: str) -> StepResult:
         sb = self._lease.sandbox
         if self._task is None or sb is None:
             raise RuntimeError("call CodeEnv.reset(task) before step()")
@@ -441,7 +458,10 @@ class ShellEnv:
         return sb.exec([self._shell, "-c", _WRAPPER, "looplift", self._cwd, command], timeout=self._timeout)
 
     def step(self, action: str) -> StepResult:
-        """Run the action's command in the session and report its output and exit code."""
+        """Run the action's command in the session and report its output and exit code (and the pool's stats)."""
+        return self._lease.annotate(self._step(action))
+
+    def _step(self, action: str) -> StepResult:
         blocks = [m.group(1) for m in _FENCE.finditer(action)]
         command = "\n".join(blocks) if blocks else action
         if not command.strip():

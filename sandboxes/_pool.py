@@ -11,7 +11,12 @@ Thread-safe: many episodes may acquire from worker threads at once; `aacquire()`
 asyncio code (the blocking parts run in a thread). `size` bounds the sandboxes alive at once, so
 `acquire` waits when all are in use.
 
-Not done here: growing past `size` on demand, per-tenant pools, health metrics export.
+`stats()` reads the pool's counters (a few ints under the lock, cheap enough for every step): the task
+environments put `PoolStats.snapshot()` into each step's `StepResult.info["sandbox_pool"]`, so the pool's
+size and load reach the collector with the trajectories and the dashboard shows them per app (the pool lives
+in the app's process; the collector never sees it otherwise).
+
+Not done here: growing past `size` on demand, per-tenant pools, a Prometheus export of the stats.
 """
 
 from __future__ import annotations
@@ -23,13 +28,40 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from typing import Self
 
 from . import _defaults
 from ._base import Sandbox
 from .errors import SandboxClosedError, SandboxError
 
-__all__ = ["SandboxPool"]
+__all__ = ["PoolStats", "SandboxPool"]
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """What a `SandboxPool` holds right now, and what happened to it since it started."""
+
+    #: Sandboxes the pool keeps (its bound).
+    size: int
+    #: Borrowed by an episode now.
+    in_use: int
+    #: Started, clean, ready to hand out.
+    idle: int
+    #: Given back and being reset before anyone gets them again.
+    resetting: int
+    #: Starts in flight.
+    starting: int
+    #: Sandboxes started since the pool was made (the first one included).
+    started: int
+    #: Starts that raised (the engine or image was missing, the engine was full or down).
+    start_failures: int
+    #: Sandboxes thrown away because they died or would not reset (each is replaced).
+    replaced: int
+
+    def snapshot(self) -> dict[str, int]:
+        """The stats as a small JSON object: what goes into `StepResult.info["sandbox_pool"]`."""
+        return asdict(self)
 
 
 class SandboxPool:
@@ -57,6 +89,10 @@ class SandboxPool:
         self._idle: deque[Sandbox] = deque()
         self._all: set[Sandbox] = set()  # idle, in use and being reset
         self._starting = 0
+        self._resetting = 0
+        self._started = 1  # the first sandbox, below
+        self._start_failures = 0
+        self._replaced = 0
         self._closed = False
         self._last_error: BaseException | None = None
         # Maintenance (starting, resetting, closing sandboxes) runs here so that callers never wait
@@ -97,6 +133,14 @@ class SandboxPool:
         """Sandboxes ready to hand out right now."""
         with self._cond:
             return len(self._idle)
+
+    def stats(self) -> PoolStats:
+        """The pool's counters now (one lock, no engine round trip): see `PoolStats`."""
+        with self._cond:
+            alive, idle = len(self._all), len(self._idle)
+            return PoolStats(size=self.size, in_use=max(alive - idle - self._resetting, 0), idle=idle,
+                             resetting=self._resetting, starting=self._starting, started=self._started,
+                             start_failures=self._start_failures, replaced=self._replaced)
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Block until all `size` sandboxes are started and idle; False if `timeout` passed first."""
@@ -178,9 +222,13 @@ class SandboxPool:
         if closed:
             _close_quietly(sandbox)
             return
+        with self._cond:
+            self._resetting += 1
         try:
             self._workers.submit(self._reset, sandbox)
         except RuntimeError:  # the executor shut down: the pool is closing
+            with self._cond:
+                self._resetting -= 1
             _close_quietly(sandbox)
 
     def _reset(self, sandbox: Sandbox) -> None:
@@ -189,6 +237,8 @@ class SandboxPool:
             healthy = sandbox.is_alive()
         except Exception:  # noqa: BLE001 - a broken sandbox is replaced; why it broke is the next start's problem
             healthy = False
+        with self._cond:
+            self._resetting -= 1
         if not healthy:
             self._discard(sandbox)
             return
@@ -204,6 +254,8 @@ class SandboxPool:
 
     def _discard(self, sandbox: Sandbox) -> None:
         with self._cond:
+            if sandbox in self._all:
+                self._replaced += 1
             self._all.discard(sandbox)
         _close_quietly(sandbox)
         self._refill()
@@ -226,12 +278,14 @@ class SandboxPool:
         except Exception as e:  # noqa: BLE001 - kept and raised by acquire when nothing else can be handed out
             with self._cond:
                 self._starting -= 1
+                self._start_failures += 1
                 self._last_error = e
                 self._cond.notify_all()
             return
         with self._cond:
             self._starting -= 1
             if not self._closed:
+                self._started += 1
                 self._all.add(sandbox)
                 self._idle.append(sandbox)
                 self._last_error = None

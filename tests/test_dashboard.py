@@ -143,6 +143,58 @@ def test_a_real_gateway_whose_vllm_is_down_shows_as_unavailable_with_its_errors(
     assert "vLLM is not reachable" in versions["gateway"]["error"]
 
 
+def test_replica_load_capture_drops_and_the_replica_table_come_from_a_real_gateway(db_url: str, tmp_path: Path) -> None:
+    """Main's metric names (`looplift_gateway_replica_in_flight`/`_healthy`, `looplift_gateway_capture_dropped`)
+    reach the health panel, and `/admin/replicas` becomes the replica table: two vLLM replicas (neither
+    answering) behind a gateway with capture on."""
+    from server import GatewaySettings, start_gateway_in_thread
+
+    with socket.socket() as a, socket.socket() as b, socket.socket() as col:
+        for sock in (a, b, col):
+            sock.bind(("127.0.0.1", 0))
+        urls = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in (a, b)]
+        settings = GatewaySettings(admin_token=TOKEN, state_dir=tmp_path / "gw", capture=True,
+                                   collector_url=f"http://127.0.0.1:{col.getsockname()[1]}")
+        with start_gateway_in_thread(settings, urls, port=0) as gw, \
+                TestClient(create_app(CollectorSettings(db_url=db_url, admin_token=TOKEN, gateway_url=gw.url))) as c:
+            g = c.get("/v1/dashboard/health", headers=AUTH).json()["gateway"]
+    other = {(o["name"], tuple(sorted(o["labels"].values()))): o["value"] for o in g["metrics"]["other"]}
+    for url in urls:
+        assert other[("looplift_gateway_replica_in_flight", (url,))] == 0
+        assert ("looplift_gateway_replica_healthy", (url,)) in other
+    assert other[("looplift_gateway_capture_dropped_total", ("queue_full",))] == 0
+    assert other[("looplift_gateway_capture_dropped_total", ("error",))] == 0
+    assert sorted(r["url"] for r in g["replicas"]) == sorted(urls)
+    assert all(set(r) >= {"url", "healthy", "in_flight", "versions"} for r in g["replicas"])
+
+
+def test_sandbox_pool_snapshots_in_step_info_become_the_pool_panel(client: TestClient, any_db_url: str) -> None:
+    """Per app, the newest episode's last `sandbox_pool` snapshot (through ingest and the anonymizer), next to
+    its exec latency; an app whose steps carry none has no pool; a malformed snapshot is ignored."""
+    def pooled(i: int, app: str, in_use: int, *, info: Any = None) -> Trajectory:
+        t = _t(i, app=app, version="policy-v1", task="arith", success=True)
+        snap = {"size": 4, "in_use": in_use, "idle": 4 - in_use, "resetting": 0, "starting": 0, "started": 4 + i,
+                "start_failures": 1, "replaced": i}
+        t.steps = [Step(index=k, action="run", observation="ok", execute_seconds=0.1 * (k + 1),
+                        info={"exit_code": 0, "sandbox_pool": info if info is not None else {**snap, "in_use": in_use - k}})
+                   for k in range(2)]
+        return t
+
+    store = open_store(any_db_url)
+    try:
+        store.add_trajectories([pooled(0, "coder", 3)])
+        store.add_trajectories([pooled(1, "coder", 2)])  # newer: its last step (in_use 2 - 1) is the one shown
+        store.add_trajectories([_t(0, app="chat", version="policy-v1", task="arith", success=True),
+                                pooled(2, "odd", 1, info={"size": "four"})])
+    finally:
+        store.close()
+    lat = {a["app"]: a for a in client.get("/v1/dashboard/health", headers=AUTH).json()["latency"]["by_app"]}
+    assert lat["coder"]["pool"] == {"size": 4, "in_use": 1, "idle": 2, "resetting": 0, "starting": 0, "started": 5,
+                                    "start_failures": 1, "replaced": 1}
+    assert lat["coder"]["steps"] == 4 and lat["coder"]["execute_p95"] == pytest.approx(0.2)
+    assert lat["chat"]["pool"] is None and lat["odd"]["pool"] is None
+
+
 def test_the_time_series_buckets_by_five_minutes_hours_and_days(any_db_url: str) -> None:
     from datetime import timedelta
 

@@ -2,7 +2,8 @@
 the collector with its dashboard, episodes from the SDK (a prompt app and the arithmetic app in local
 sandboxes), user feedback, a real retrain job (export, load, gate, decision) with a copied adapter as its
 "training", a promote and a rollback. The page must load without console errors, every chart must have data,
-and the screenshot must not be blank. `LOOPLIFT_DASHBOARD_SCREENSHOT=PATH` keeps a copy of the screenshot."""
+and the screenshot must not be blank (the sandbox pool panel from the arith app's pool of 2, the replica
+table from the gateway's /admin/replicas). `LOOPLIFT_DASHBOARD_SCREENSHOT=PATH` keeps a copy of the screenshot."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from trainer._steps import SFT_STEP
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ADMIN = "dashboard-admin-token"
 CHARTS = ("versions", "live-version", "live-series", "live-app", "live-group", "runs", "per-day", "score-sources",
-          "pii", "exports", "gateway", "latency")
+          "pii", "exports", "gateway", "replicas", "latency", "sandboxes")
 
 
 def _support_suite(n: int, name: str) -> Any:
@@ -100,6 +101,7 @@ def test_the_dashboard_shows_a_real_loop(vllm_server: Any, looplift_model_dir: P
     empty = [c for c in CHARTS if not dash["charts"].get(c)]
     assert not empty, (empty, dash["charts"])
     assert "policy-v1" in texts and "rollback" in texts and res.status in texts
+    assert "/2 in use" in texts and "1 of 1 healthy" in texts  # the arith app's pool of 2; the one vLLM replica
     (tmp_path / "dashboard.png").write_bytes(png)
     if os.environ.get("LOOPLIFT_DASHBOARD_SCREENSHOT"):
         shutil.copy(tmp_path / "dashboard.png", os.environ["LOOPLIFT_DASHBOARD_SCREENSHOT"])

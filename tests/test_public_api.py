@@ -47,7 +47,7 @@ EXPECTED = {
     "sandboxes": {"ArithmeticEnv", "ArithmeticVerifier", "BackendChoice", "CodeEnv", "ShellEnv", "DockerSandbox",
                   "EnginePlacer", "EngineSpec",
                   "EngineUnavailableError", "ExecResult", "ImageBuildError", "ImageNotFoundError", "LOCAL_LIMITATIONS",
-                  "LocalSandbox", "OutputCallback", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
+                  "LocalSandbox", "OutputCallback", "PoolStats", "Sandbox", "SandboxBrokenError", "SandboxClosedError",
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
                   "EnvSnapshot", "arithmetic_suite", "build_coding_tasks", "build_image", "choose_backend", "demonstration",
                   "detect_backend", "env_families", "held_out_tasks", "make_pool", "make_sandbox", "reap_orphans",

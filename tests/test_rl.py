@@ -295,7 +295,10 @@ def test_dpo_learns_a_synthetic_preference_measured_on_held_out_prompts(tmp_path
     from trainer import BaseModelConfig, build_base_model
     from trainer.dpo import _both, load_dpo_jsonl
 
-    base = build_base_model(BaseModelConfig(n_demos=300, steps=30, batch_size=16), out_dir=tmp_path / "base")
+    # Plain-text demonstrations only: the preference is about the first turn's code, not about tools (with the
+    # default 5,000 tool demonstrations next to 300 plain ones, the tiny model would answer with tool calls).
+    base = build_base_model(BaseModelConfig(n_demos=300, calc_demos=0, lookup_demos=0, steps=30, batch_size=16),
+                            out_dir=tmp_path / "base")
     held = held_out_tasks(20)  # prompts never in the training pairs
     tok = AutoTokenizer.from_pretrained(base)
     before = _greedy_first_turns(AutoModelForCausalLM.from_pretrained(base), tok, held)

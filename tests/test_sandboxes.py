@@ -34,6 +34,7 @@ from sandboxes import (
 from sandboxes._cli import app
 from sandboxes._local import local_isolation
 from _backends import BACKENDS, needs_docker, sandbox_processes
+from _wait import wait_until
 
 FAST = SandboxConfig(timeout_s=10, output_limit_bytes=4096)
 
@@ -503,3 +504,77 @@ def test_containers_of_a_killed_process_are_reaped() -> None:
         ids = {c["Id"] for c in client.api.containers(all=True)}
         assert cid not in ids and live.container_id in ids
         assert live.exec(["true"]).ok
+
+
+# -- pool stats: what the dashboard shows per app ------------------------------------------------------
+
+
+def test_pool_stats_count_failed_starts_and_in_use() -> None:
+    calls: list[int] = []
+
+    def engine() -> LocalSandbox:
+        calls.append(1)
+        if len(calls) == 2:  # the second start fails once (its engine was down); the retry works
+            raise SandboxError("engine down")
+        return LocalSandbox(FAST)
+
+    with SandboxPool(engine, size=2) as pool:
+        with pool.acquire(timeout=10), pool.acquire(timeout=20):
+            st = pool.stats()
+            assert (st.size, st.in_use, st.idle) == (2, 2, 0)
+            assert st.start_failures == 1 and st.started == 2 and st.replaced == 0
+        assert pool.wait_ready(10)
+        st = pool.stats()
+        assert (st.in_use, st.idle, st.resetting, st.starting) == (0, 2, 0, 0)
+        assert set(st.snapshot()) == {"size", "in_use", "idle", "resetting", "starting", "started", "start_failures",
+                                      "replaced"} and all(isinstance(v, int) for v in st.snapshot().values())
+
+
+@pytest.mark.docker
+@needs_docker
+def test_docker_pool_stats_reach_each_steps_info() -> None:
+    """The snapshot in a step's info is the real pool: size, the sandbox this episode holds, a replaced container."""
+    import docker
+
+    from sdk import Task
+    from sandboxes import ArithmeticEnv, ShellEnv
+
+    engine = docker.from_env()
+    with make_pool("docker", FAST, size=2) as pool:
+        assert pool.wait_ready(60)
+        env = ArithmeticEnv(pool=pool)
+        env.reset(Task(id="arith:1", prompt="2+2", data={"answer": 4}))
+        info = env.step("```python\nprint(2+2)\n```").info
+        assert info["exit_code"] == 0
+        assert info["sandbox_pool"] == {"size": 2, "in_use": 1, "idle": 1, "resetting": 0, "starting": 0, "started": 2,
+                                        "start_failures": 0, "replaced": 0}
+        assert pool.wait_ready(30)
+        shell = ShellEnv(pool)  # holds one sandbox from reset to close
+        shell.reset(Task(id="shell:1", prompt="list", data={}))
+        with pool.acquire(timeout=30) as other:
+            cid = other.container_id
+        wait_until(lambda: pool.idle == 1, "the other sandbox back in the pool", timeout=30)
+        engine.api.kill(cid)  # dies while idle: the next acquire replaces it
+        engine.api.wait(cid, timeout=30)
+        snap = shell.step("echo hi").info["sandbox_pool"]
+        assert (snap["size"], snap["in_use"], snap["idle"], snap["replaced"]) == (2, 1, 1, 0)  # not noticed yet
+        with pool.acquire(timeout=60) as fresh:
+            assert fresh.container_id != cid
+        wait_until(lambda: pool.idle == 1, "the fresh sandbox back in the pool", timeout=30)
+        snap = shell.step("echo again").info["sandbox_pool"]
+        assert (snap["in_use"], snap["idle"], snap["replaced"], snap["started"]) == (1, 1, 1, 3)
+        shell.close()
+        assert pool.stats().in_use == 0
+
+
+def test_every_arithmetic_step_on_a_pool_carries_its_stats() -> None:
+    from sdk import Task
+    from sandboxes import ArithmeticEnv
+
+    with make_pool("local", FAST, size=2) as pool:
+        env = ArithmeticEnv(pool=pool)
+        env.reset(Task(id="arith:1", prompt="2+2", data={"answer": 4}))
+        ran = env.step("```python\nprint(2+2)\n```").info["sandbox_pool"]
+        hint = env.step("four?").info  # no code, no answer: nothing ran, the pool's stats are still there
+        assert ran["size"] == 2 and ran["in_use"] == 1  # taken while this step held its sandbox
+        assert hint["format_error"] and hint["sandbox_pool"]["size"] == 2

@@ -177,6 +177,13 @@ class CodingEnv:
 
     def step(self, action: str) -> StepResult:
         """A plain-text action: a fenced bash block (run), `# file:` blocks (write), or anything else (end)."""
+        return self._lease.annotate(self._step_text(action))
+
+    def step_tool(self, call: Any) -> StepResult:
+        """One tool call (`sdk.ToolCall`: `.function.name`, `.function.arguments` as a JSON string)."""
+        return self._lease.annotate(self._step_tool(call))
+
+    def _step_text(self, action: str) -> StepResult:
         self._require()
         run = _FENCE.search(action)
         blocks = parse_file_blocks(action)
@@ -188,8 +195,7 @@ class CodingEnv:
         return StepResult(observation="Episode ended; solution.py will be graded by the hidden tests.", done=True,
                           info={"action": "end"})
 
-    def step_tool(self, call: Any) -> StepResult:
-        """One tool call (`sdk.ToolCall`: `.function.name`, `.function.arguments` as a JSON string)."""
+    def _step_tool(self, call: Any) -> StepResult:
         self._require()
         name = getattr(getattr(call, "function", None), "name", "")
         raw = getattr(getattr(call, "function", None), "arguments", "") or "{}"

@@ -161,16 +161,17 @@ class ModelingEnv:
         """A text action: its ```python blocks are the next step; without one the episode ends."""
         code = code_of_action(action)
         if code is None:
-            return StepResult(observation="No ```python block: the episode ends with the model as it is.", done=True,
-                              info={"ended": True})
-        return self._run(code)
+            return self._lease.annotate(StepResult(
+                observation="No ```python block: the episode ends with the model as it is.", done=True,
+                info={"ended": True}))
+        return self._lease.annotate(self._run(code))
 
     def step_tool(self, call: ToolCall) -> StepResult:
         """A `blender(code)` tool call; a malformed call is answered with what is wrong, and nothing runs."""
         code, problem = code_of_call(call)
         if code is None:
-            return StepResult(observation=f"Not run: {problem}.", info={"format_error": True})
-        return self._run(code)
+            return self._lease.annotate(StepResult(observation=f"Not run: {problem}.", info={"format_error": True}))
+        return self._lease.annotate(self._run(code))
 
     def _run(self, code: str) -> StepResult:
         sb = self._lease.sandbox

@@ -276,14 +276,19 @@ function drawHealth(h) {
     el("div", { class: "tile" }, el("b", {}, gw.metrics ? num(gw.metrics.upstream_errors) : "–"), el("span", {}, "upstream errors")),
     el("div", { class: "tile" }, el("b", {}, lf.enabled ? `${lf.traces} / ${lf.dropped}` : "off"),
        el("span", {}, lf.enabled ? "Langfuse traces / dropped" : "Langfuse export")));
-  const extra = ((gw.metrics || {}).other || []).map((o) => el("div", { class: "tile" }, el("b", {}, num(o.value)),
-    el("span", {}, `${o.name.replace("looplift_gateway_", "")} ${Object.values(o.labels).join(" ")}`)));
+  // Capture, canary and drop families as tiles (a drop above 0 in red); replicas have their own table below.
+  const replicas = gw.replicas || [];
+  const extra = ((gw.metrics || {}).other || []).filter((o) => !(replicas.length && o.name.includes("replica")))
+    .map((o) => el("div", { class: "tile" }, el("b", { class: /drop/.test(o.name) && o.value > 0 ? "bad" : "" }, num(o.value)),
+      el("span", {}, `${o.name.replace("looplift_gateway_", "")} ${Object.values(o.labels).join(" ")}`)));
   tiles.append(...extra);
   const versions = Object.entries((gw.metrics || {}).by_version || {});
   const bars = versions.map(([k, v]) => ({ label: k, value: v.requests, color: colorOf(k),
     note: `${num(v.requests)} req · ${num(v.in_flight || 0)} in flight${v.errors ? ` · ${num(v.errors)} err` : ""}` }));
   if (gw.error) state.errors.push(`gateway health: ${gw.error}`);
   put("gateway", tiles, bars.length ? countBars(bars) : el("div", { class: "empty" }, gw.error || "no gateway metrics"));
+  drawReplicas(replicas, gw);
+  drawPools((h.latency || {}).by_app || []);
   const lat = (h.latency || {}).by_app || [];
   if (!lat.length) return empty("latency", "no steps recorded in this window");
   const rows = [];
@@ -294,6 +299,44 @@ function drawHealth(h) {
   }
   put("latency", countBars(rows), el("div", { class: "legend" },
     lat.map((a) => `${a.app}: ${a.steps} steps in ${a.episodes} episodes`).join(" · ") + ` (newest ${h.latency.sample} episodes)`));
+}
+
+function drawReplicas(replicas, gw) {
+  if (!replicas.length) return empty("replicas", gw.error || (gw.status === "not configured" ? "no gateway configured" : "the gateway listed no replica"));
+  const rows = replicas.map((r) => el("tr", { class: "mark" },
+    el("td", {}, r.url), el("td", {}, el("span", { class: `badge ${r.healthy ? "promoted" : "failed"}` }, r.healthy ? "healthy" : "down")),
+    el("td", { class: "num" }, num(r.in_flight)), el("td", { class: "num" }, num(r.restarts || 0)),
+    el("td", {}, (r.versions || []).join(", ") || "–"), el("td", {}, r.detail || "")));
+  const head = el("tr", {}, ...["replica", "health", "in flight", "restarts", "versions", "why out"].map((t) => el("th", {}, t)));
+  const load = replicas.reduce((a, r) => a + (r.in_flight || 0), 0);
+  put("replicas", el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)),
+      el("div", { class: "legend" }, `${replicas.filter((r) => r.healthy).length} of ${replicas.length} healthy, ${load} requests in flight`));
+}
+
+// One stacked bar per app: its sandbox pool's size split into in use / idle / resetting / starting.
+function drawPools(apps) {
+  const pools = apps.filter((a) => a.pool);
+  if (!pools.length) return empty("sandboxes", "no step carried a sandbox pool snapshot (environments on a SandboxPool record one)");
+  const parts = [["in_use", "#d97706", "in use"], ["idle", "#16a34a", "idle"], ["resetting", "#2563eb", "resetting"], ["starting", "#9ca3af", "starting"]];
+  const rowH = 30, left = 120, right = 250, width = 640, height = pools.length * rowH + 6;
+  const max = Math.max(1, ...pools.map((a) => a.pool.size));
+  const x = (v) => (v / max) * (width - left - right);
+  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, role: "img" });
+  pools.forEach((a, i) => {
+    const p = a.pool, y = i * rowH + 4;
+    svg.append(s("text", { x: left - 8, y: y + 14, "text-anchor": "end" }, a.app));
+    svg.append(s("rect", { x: left, y, width: x(p.size), height: rowH - 12, rx: 3, fill: "none", stroke: "#d1d5db" }));
+    let acc = 0;
+    for (const [k, c, label] of parts) {
+      const v = p[k] || 0;
+      if (v <= 0) continue;
+      svg.append(title(s("rect", { class: "mark", x: left + x(acc), y, width: x(v), height: rowH - 12, fill: c }), `${a.app}: ${v} ${label} of ${p.size}`));
+      acc += v;
+    }
+    const trouble = (p.start_failures ? ` · ${p.start_failures} failed starts` : "") + (p.replaced ? ` · ${p.replaced} replaced` : "");
+    svg.append(s("text", { x: width - right + 8, y: y + 14 }, `${p.in_use || 0}/${p.size} in use · exec ${secs(a.execute_p50)} / ${secs(a.execute_p95)}${trouble}`));
+  });
+  put("sandboxes", svg, legend(parts.map(([, c, label]) => [c, label]).concat([["#d1d5db", "pool size (outline)"]])));
 }
 
 // ---- loading -------------------------------------------------------------------------------------
@@ -316,7 +359,7 @@ async function load() {
     [`/v1/dashboard/live?window=${w}`, drawLive, ["live-version", "live-series", "live-app", "live-group"]],
     ["/v1/dashboard/runs", drawRuns, ["runs"]],
     ["/v1/dashboard/data", drawData, ["per-day", "score-sources", "pii", "exports"]],
-    [`/v1/dashboard/health?window=${w}`, drawHealth, ["gateway", "latency"]],
+    [`/v1/dashboard/health?window=${w}`, drawHealth, ["gateway", "latency", "replicas", "sandboxes"]],
   ];
   state.errors.length = 0;
   let authError = null;
