@@ -18,6 +18,7 @@ from ._settings import require_admin_token
 from .errors import (
     AdapterInvalidError,
     AdminAuthError,
+    BaseConflictError,
     CanaryError,
     InvalidNameError,
     NothingToRollBackError,
@@ -59,8 +60,8 @@ class AdminClient:
         return [ReplicaInfo.model_validate(x) for x in r.json()]
 
     def load(self, path: str, name: Optional[str] = None) -> VersionInfo:
-        """Validate and load an adapter directory as a new version (not promoted). The path is read by
-        the gateway's vLLM, so it must exist on that machine."""
+        """Validate and load an adapter directory (or register a full checkpoint) as a new version (not
+        promoted). The path is read by the gateway's vLLM, so it must exist on that machine."""
         body: dict[str, str] = {"path": str(path)}
         if name is not None:
             body["name"] = name
@@ -130,6 +131,7 @@ _BY_CODE: dict[str, type[ServerError]] = {
     "invalid_version_name": InvalidNameError,
     "upstream_error": UpstreamError,
     "canary_conflict": CanaryError,
+    "base_conflict": BaseConflictError,
 }
 
 

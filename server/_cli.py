@@ -228,11 +228,12 @@ def replicas(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON)
 
 @app.command()
 def load(
-    path: Path = typer.Argument(..., help="Adapter directory (peft save_pretrained output)."),
+    path: Path = typer.Argument(..., help="Adapter directory (peft save_pretrained output), or a full HF checkpoint "
+                                "(config.json + weights): a full-weight version, started blue/green on promote."),
     name: Optional[str] = typer.Option(None, "--name", help="Version name (default: the next <alias>-v<N>)."),
     url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON,
 ) -> None:
-    """Validate and load an adapter as a new version (does not promote it)."""
+    """Validate and load an adapter (or register a full checkpoint) as a new version (does not promote it)."""
     _emit(_run(lambda: AdminClient(url, token).load(str(path.expanduser().resolve()), name)), as_json, _loaded)
 
 

@@ -87,4 +87,5 @@ CAPTURE_SPOOL_SUBDIR = "capture-spool"
 
 #: Admin client default.
 GATEWAY_URL = f"http://{HOST}:{GATEWAY_PORT}"
-ADMIN_TIMEOUT_S = 60.0
+#: Long enough for a promote of a full-weight version, which starts and warms a vLLM set before answering.
+ADMIN_TIMEOUT_S = VLLM_START_TIMEOUT_S + 60.0

@@ -76,7 +76,7 @@ class Gateway:
         #: The replica set when there are several upstreams; None for one (no routing on the hot path).
         self.replicas: Optional[ReplicaSet] = None
         self._local = sources[0] if len(sources) == 1 and isinstance(sources[0], LocalReplica) else None
-        if len(sources) == 1:
+        if isinstance(upstreams, (str, LocalReplica)):
             url = sources[0] if isinstance(sources[0], str) else sources[0].url
             self.upstream = Upstream(url, read_timeout_s=settings.request_timeout_s)
             self.registry = Registry(settings, self.upstream)
@@ -124,7 +124,8 @@ class Gateway:
 
 def create_gateway(settings: GatewaySettings, upstreams: Union[Source, Sequence[Source]]) -> Gateway:
     """Build the gateway (an ASGI app) for one vLLM (`http://127.0.0.1:41234`, no `/v1`) or several (a list of
-    URLs and `LocalReplica`s: requests are routed among them, versions loaded on all of them).
+    URLs and `LocalReplica`s: requests are routed among them, versions loaded on all of them). A list, even of
+    one, makes a replica set; over `LocalReplica`s only, it serves full-weight versions blue/green.
 
     The registry is read and reconciled with vLLM at startup, or at the first request if vLLM was not
     answering then. `gateway.registry` is the live registry (for tests and embedding code).
@@ -271,12 +272,14 @@ def _control_api(gw: Gateway) -> FastAPI:
 
     @app.post("/admin/versions", dependencies=admin, status_code=201)
     async def load_version(req: LoadRequest) -> VersionInfo:
-        """Validate an adapter directory and load it into vLLM as the next version (not promoted)."""
+        """Validate an adapter directory and load it into vLLM as the next version (not promoted); a full
+        checkpoint directory (config.json, no adapter_config.json) is registered as a full-weight version."""
         return await (await registry.ready()).load(req.path, req.name)
 
     @app.post("/admin/promote", dependencies=admin)
     async def promote(req: PromoteRequest) -> SwapResult:
-        """Point the alias at a version; the previous one is drained, then unloaded."""
+        """Point the alias at a version; the previous one is drained, then unloaded (a full-weight version:
+        its vLLM set is started and warmed first, and the old set drained, then stopped)."""
         result = await (await registry.ready()).promote(req.version)
         if result.previous != result.serving:
             metrics.swapped("promote", result.swap_ms)

@@ -31,6 +31,10 @@ class VersionInfo(BaseModel):
     in_flight: int = 0
     #: Whether the alias points at this version.
     serving: bool = False
+    #: A full-weight version's checkpoint directory (served by its own vLLM set; None for adapters and the base).
+    model_dir: Optional[str] = None
+    #: An adapter's base: the full-weight version (or the base, version 0) it was loaded on.
+    base: Optional[str] = None
 
 
 class HistoryEvent(BaseModel):
@@ -71,7 +75,8 @@ class LoadRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    #: Adapter directory (peft `save_pretrained` output) readable by the vLLM process.
+    #: Adapter directory (peft `save_pretrained` output) or full HF checkpoint directory (config.json + weights,
+    #: no adapter_config.json: a full-weight version, served blue/green) readable by the vLLM process.
     path: str = Field(min_length=1)
     #: Version name; default: the next `<alias>-v<N>`.
     name: Optional[str] = None

@@ -17,6 +17,13 @@ interface is:
   a loaded candidate (`_canary`: sticky per session); `decide_canary` records an automatic decision with its
   figures and acts on it (promote the candidate, drop it, or roll back a watched promotion); any flip of
   the alias ends a running canary. Canary starts, decisions and ends are `canary` history events.
+* Full-weight versions (a whole checkpoint, `model_dir`; `load` tells the kinds apart by the directory) are
+  served blue/green by a `BaseControl` (the local replica set): promoting one (or rolling back to one) starts
+  and warms a new vLLM set on it while the old set serves, then flips the alias and the routing in one
+  synchronous step; the old set is stopped once its last request is done. A failed start changes nothing.
+  Adapters belong to the base they were loaded on (`Version.base`): a base change unloads them, and flipping
+  to one whose base is not the serving one is refused (`BaseConflictError`: register it again), as is a
+  canary of a full version (both would need two vLLM sets serving the alias at once).
 * `ready()` starts the registry once: reads `registry.json` (`_registry_file`), reconciles it with what
   vLLM has loaded (leftover adapters are unloaded, the serving version is re-loaded, falling back down the
   serving stack if its adapter is gone), and can be retried while vLLM is not answering yet.
@@ -38,7 +45,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Optional, Protocol
+from typing import Any, Coroutine, Optional, Protocol, runtime_checkable
 
 from ._canary import Canary
 from ._models import (
@@ -54,13 +61,16 @@ from ._models import (
 )
 from ._registry_file import RegistryFile, Snapshot, StoredVersion
 from ._settings import GatewaySettings, valid_name, version_name
-from ._validate import validate_adapter
+from ._validate import validate_adapter, validate_checkpoint, version_kind
 from .errors import (
+    BaseConflictError,
     CanaryError,
     InvalidNameError,
     NothingToRollBackError,
+    ServerError,
     UpstreamError,
     VersionExistsError,
+    VLLMStartError,
     VersionNotFoundError,
 )
 
@@ -84,6 +94,17 @@ class AdapterControl(Protocol):
         """What is served now: {model id: adapter path}, the path None for base models."""
 
 
+@runtime_checkable
+class BaseControl(Protocol):
+    """What full-weight versions need besides `AdapterControl`: vLLM sets to start and switch (`ReplicaSet`)."""
+
+    async def start_base(self, name: str, model_dir: Optional[str]) -> list[Any]:
+        """Start and warm a set serving `model_dir` (None: the first checkpoint) as `name`, not routed to yet."""
+
+    def flip_base(self, name: str, new: list[Any]) -> Coroutine[Any, Any, None]:
+        """Route new requests to `new` now; returns the coroutine that drains and stops the old set."""
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -100,6 +121,10 @@ class Version:
     in_flight: int = 0
     #: Set while `in_flight == 0`; the drain task waits on it.
     idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    #: A full-weight version's checkpoint directory (None for adapters and the base).
+    model_dir: Optional[str] = None
+    #: An adapter's base: the version vLLM served as its base model when the adapter was loaded.
+    base: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -143,6 +168,8 @@ class Registry:
         self.started = False
         #: The running canary (not persisted: a restart ends it).
         self.canary: Optional[Canary] = None
+        #: The version vLLM serves as its base model now: the base (version 0) or a full-weight version.
+        self.base = settings.base_version
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def ready(self) -> "Registry":
@@ -192,7 +219,7 @@ class Registry:
             try:
                 await self._ensure_loaded(v, action="restore", detail="re-loaded after restart")
                 return
-            except UpstreamError as e:
+            except (UpstreamError, BaseConflictError) as e:
                 log.error("cannot re-load serving version %s: %s; falling back", v.name, e)
                 popped = self.stack.pop()
                 self._event("rollback", self.stack[-1], previous=popped, detail=f"restore failed: {e}")
@@ -252,11 +279,16 @@ class Registry:
 
     def _info(self, v: Version) -> VersionInfo:
         return VersionInfo(name=v.name, adapter_path=v.adapter_path, state=v.state, created_at=v.created_at,
-                           in_flight=v.in_flight, serving=v.name == self.serving)
+                           in_flight=v.in_flight, serving=v.name == self.serving, model_dir=v.model_dir, base=v.base)
 
     async def load(self, path: str, name: Optional[str] = None) -> VersionInfo:
-        """Validate an adapter directory, load it into vLLM as a new version, register it (not promoted)."""
-        adapter = validate_adapter(path, self.settings.max_lora_rank)
+        """Validate an adapter directory, load it into vLLM as a new version, register it (not promoted); a full
+        checkpoint directory is validated and registered only (its vLLM set starts when it is promoted)."""
+        full = version_kind(path) == "full"
+        adapter = validate_checkpoint(path) if full else validate_adapter(path, self.settings.max_lora_rank)
+        if full and not isinstance(self._adapters, BaseControl):
+            raise BaseConflictError("full-weight versions need a gateway over vLLM replicas it started itself "
+                                    "(`looplift server start --model DIR --replicas N`); this one has one upstream")
         async with self._lock:
             if name is not None:
                 if not valid_name(name):
@@ -265,11 +297,15 @@ class Registry:
                     raise VersionExistsError(name)
             else:
                 name = self._next_name()
-            # vLLM first: if it refuses, nothing here has changed (and the name is not burnt).
-            await self._adapters.load(name, str(adapter))
-            v = Version(name=name, adapter_path=str(adapter), created_at=_now(), state="loaded")
+            if full:
+                v = Version(name=name, adapter_path=None, created_at=_now(), state="unloaded", model_dir=str(adapter))
+                self._event("load", name, detail=f"full checkpoint {adapter} (a vLLM set starts on promote)")
+            else:
+                # vLLM first: if it refuses, nothing here has changed (and the name is not burnt).
+                await self._adapters.load(name, str(adapter))
+                v = Version(name=name, adapter_path=str(adapter), created_at=_now(), state="loaded", base=self.base)
+                self._event("load", name, detail=str(adapter))
             self.versions[name] = v
-            self._event("load", name, detail=str(adapter))
             self._save()
             return self._info(v)
 
@@ -285,7 +321,8 @@ class Registry:
         previous = self.serving
         if name == previous:
             return SwapResult(alias=self.alias, serving=name, previous=previous, swap_ms=0.0)
-        await self._ensure_loaded(v)  # a refusal raises here, before anything changed
+        new = await self._prepare(v)  # a refusal raises here, before anything changed
+        self._switch(v, new)
         self.stack.append(name)  # the flip: seen by the very next acquire()
         self._end_canary_on_flip("promote", name)
         return self._flipped("promote", name, previous, t0)
@@ -302,7 +339,8 @@ class Registry:
                 f"{self.alias!r} has served; promote another version instead."
             )
         target = self.versions[self.stack[-2]]
-        await self._ensure_loaded(target)
+        new = await self._prepare(target)
+        self._switch(target, new)
         previous = self.stack.pop()  # the flip
         self._end_canary_on_flip("rollback", target.name)
         return self._flipped("rollback", target.name, previous, t0)
@@ -314,10 +352,51 @@ class Registry:
         self._schedule_drain(previous)
         return SwapResult(alias=self.alias, serving=serving, previous=previous, swap_ms=swap_ms)
 
+    async def _prepare(self, v: Version) -> Optional[list[Any]]:
+        """Make `v` ready to serve before a flip: load its adapter, or for a full-weight version that is not the
+        base now, start and warm its vLLM set (returned, for `_switch`). Raises with nothing changed."""
+        if v.adapter_path is not None or v.name == self.base:
+            await self._ensure_loaded(v)
+            return None
+        control = self._adapters
+        if not isinstance(control, BaseControl):
+            raise BaseConflictError(f"{v.name!r} is a full-weight version; this gateway cannot start vLLM sets")
+        t0 = time.perf_counter()
+        try:
+            new = await control.start_base(v.name, v.model_dir)
+        except BaseConflictError:
+            raise
+        except ServerError as e:
+            first = (e.message.strip().splitlines() or [type(e).__name__])[0]
+            where = f" (log: {e.log_path})" if isinstance(e, VLLMStartError) else ""
+            raise UpstreamError(f"starting vLLM for {v.name} failed: {first}{where}; {self.serving} keeps serving"
+                                ) from None
+        self._event("load", v.name, detail=f"started {len(new)} vLLM(s) on {v.model_dir or 'the first checkpoint'} "
+                    f"in {time.perf_counter() - t0:.1f} s")
+        return new
+
+    def _switch(self, v: Version, new: Optional[list[Any]]) -> None:
+        """With `new` (from `_prepare`), route to that set now (no await: same step as the alias flip); the
+        adapters of the old base are gone with it, and the old set is drained, then stopped, in the background."""
+        if new is None:
+            return
+        assert isinstance(self._adapters, BaseControl)
+        retire = self._adapters.flip_base(v.name, new)
+        for other in self.versions.values():
+            other.state = "loaded" if other is v else "unloaded"
+        self.base = v.name
+        task = asyncio.get_running_loop().create_task(retire, name=f"retire-set-before-{v.name}")
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
     async def _ensure_loaded(self, v: Version, action: HistoryAction = "load", detail: Optional[str] = None) -> None:
         if v.state == "loaded":
             return
-        assert v.adapter_path is not None  # the base version is never unloaded
+        if v.adapter_path is None or v.base != self.base:
+            raise BaseConflictError(
+                f"{v.name!r} is an adapter for {v.base!r}, but vLLM serves {self.base!r} now: promote {v.base!r} "
+                f"first, or register the adapter again (POST /admin/versions) to load it on {self.base!r}"
+                if v.adapter_path is not None else f"{v.name!r} is a full-weight version that no vLLM set serves")
         await self._adapters.load(v.name, v.adapter_path)
         v.state = "loaded"
         self._event(action, v.name, detail=detail or f"re-loaded {v.adapter_path}")
@@ -346,6 +425,9 @@ class Registry:
             if name == self.serving:
                 raise CanaryError(f"{name!r} already serves the alias {self.alias!r}; a canary needs another "
                                   "version (load one with POST /admin/versions)", http_status=400)
+            if v.adapter_path is None:
+                raise CanaryError(f"{name!r} is a full-weight version: a canary shares one vLLM set; promote it "
+                                  "(blue/green) and roll back if it does worse", http_status=409)
             if v.state != "loaded":
                 raise CanaryError(f"{name!r} is not loaded in vLLM; load it first (POST /admin/versions, or "
                                   "`looplift server load`) and start the canary again", http_status=400)
@@ -464,12 +546,13 @@ class Registry:
     def _restore(self, snap: Optional[Snapshot]) -> None:
         base = self.settings.base_version
         self.versions = {base: Version(name=base, adapter_path=None, created_at=_now(), state="loaded")}
-        self.stack, self.history = [base], []
+        self.stack, self.history, self.base = [base], [], base
         if snap is None:
             return
         for sv in snap.versions:
-            self.versions[sv.name] = Version(name=sv.name, adapter_path=sv.adapter_path,
-                                             created_at=sv.created_at, state="unloaded")
+            self.versions[sv.name] = Version(name=sv.name, adapter_path=sv.adapter_path, created_at=sv.created_at,
+                                             state="unloaded", model_dir=sv.model_dir,
+                                             base=sv.base or (base if sv.adapter_path else None))
         self.versions[base].state = "loaded"
         stack = [n for n in snap.stack if n in self.versions]
         self.stack = stack if stack and stack[0] == base else [base] + stack
@@ -477,7 +560,8 @@ class Registry:
 
     def _save(self) -> None:
         self._file.write(self.serving, Snapshot(
-            versions=[StoredVersion(v.name, v.adapter_path, v.created_at, v.state) for v in self.versions.values()],
+            versions=[StoredVersion(v.name, v.adapter_path, v.created_at, v.state, v.model_dir, v.base)
+                      for v in self.versions.values()],
             stack=list(self.stack), history=self.history,
         ))
 

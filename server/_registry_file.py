@@ -36,6 +36,10 @@ class StoredVersion:
     created_at: datetime
     #: Load state when written (informative only: the registry re-learns it from vLLM at start).
     state: str = "unloaded"
+    #: A full-weight version's checkpoint directory.
+    model_dir: Optional[str] = None
+    #: An adapter's base version.
+    base: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,8 @@ class RegistryFile:
                 return None
             versions = [
                 StoredVersion(name=d["name"], adapter_path=d.get("adapter_path"),
-                              created_at=datetime.fromisoformat(d["created_at"]), state=d.get("state", "unloaded"))
+                              created_at=datetime.fromisoformat(d["created_at"]), state=d.get("state", "unloaded"),
+                              model_dir=d.get("model_dir"), base=d.get("base"))
                 for d in data["versions"]
             ]
             stack = [str(n) for n in data["stack"]]
@@ -86,7 +91,7 @@ class RegistryFile:
             "serving": serving,
             "versions": [
                 {"name": v.name, "adapter_path": v.adapter_path, "created_at": v.created_at.isoformat(),
-                 "state": v.state}
+                 "state": v.state, "model_dir": v.model_dir, "base": v.base}
                 for v in snapshot.versions
             ],
             "stack": snapshot.stack,

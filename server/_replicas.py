@@ -19,6 +19,11 @@ router. The single-upstream gateway does not use it at all (one `Upstream`, no p
 * Retries live in the proxy (`_proxy.RoutedProxy`): a request that failed before a byte went back is
   sent to another replica; a stream cut mid-way ends with an SSE error event naming the replica.
 
+* Blue/green (full-weight versions, driven by the registry): `start_base` starts and warms a second set of
+  local vLLMs (same count, same flags) on another checkpoint while the current set keeps serving; `flip_base`
+  routes every new request to it in one synchronous step and returns the coroutine that waits until the old
+  replicas have no request in flight (polled every 50 ms) and stops them. Adapters are not carried over.
+
 Deliberately not here: vLLM's own data parallelism and external routers (vllm-router, llm-d) -- those are
 one upstream to the gateway; weighted or cache-aware routing beyond session affinity; cross-replica
 queueing (vLLM queues per replica).
@@ -31,7 +36,8 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence, Union
+from pathlib import Path
+from typing import Any, Callable, Coroutine, Optional, Sequence, Union
 
 from . import _defaults as D
 from ._models import ReplicaInfo
@@ -39,7 +45,7 @@ from ._registry import _same_path
 from ._settings import GatewaySettings
 from ._upstream import Upstream
 from ._vllm import VLLMConfig, VLLMServer, replica_env, start_vllm
-from .errors import UpstreamError
+from .errors import BaseConflictError, UpstreamError
 
 log = logging.getLogger("looplift.server.replicas")
 
@@ -104,18 +110,20 @@ class LocalReplica:
 
 
 def start_local_replicas(config: VLLMConfig, count: int,
-                         progress: Optional[Callable[[float, str], None]] = None) -> list[LocalReplica]:
+                         progress: Optional[Callable[[float, str], None]] = None, *, first: int = 0,
+                         total: Optional[int] = None) -> list[LocalReplica]:
     """Start `count` vLLMs from `config`, one after the other (on a small machine two loading at once take as
     long, and an interruption then always finds every started one listed for stopping), each on its own share
     of the machine (`replica_env`), replica i > 1 logging to `<log>-<i>`. On any failure or signal, those
-    started are stopped before the error propagates."""
+    started are stopped before the error propagates. Replica i takes share `first + i` of `total` (default: i of
+    `count`); blue/green starts a set on the half of the machine the serving set does not use."""
     started: list[LocalReplica] = []
     try:
         for i in range(count):
             log = config.log_path
             if log is not None and i > 0:
                 log = log.with_name(f"{log.stem}-{i + 1}{log.suffix}")
-            cfg = replace(config, log_path=log, env={**config.env, **replica_env(i, count)})
+            cfg = replace(config, log_path=log, env={**config.env, **replica_env(first + i, total or count)})
             started.append(LocalReplica(cfg, start_vllm(cfg, progress=progress)))
     except BaseException:
         for r in started:
@@ -175,6 +183,15 @@ class ReplicaSet:
         self._closing = False
         self._watcher: Optional[asyncio.Task[None]] = None
         self._restarts: set[asyncio.Task[None]] = set()
+        #: The name the replicas serve their base model under (changes with `flip_base`).
+        self.base_name = settings.base_version
+        #: The checkpoint the local replicas were first started on (a full version's rollback target).
+        #: Local replicas this set started itself (`start_base`): it stops them when it closes.
+        self._owned: set[LocalReplica] = set()
+        #: How the local replicas were first started (flags for every new set; its checkpoint: the base's).
+        #: Which half of the machine the latest started set took (the first set: all of it, "0").
+        self._half = 0
+        self._origin = next((s.config for s in sources if isinstance(s, LocalReplica)), None)
 
     # ---- routing (the hot path: no awaits) ---------------------------------------------------
     def pick(self, session: Optional[str], tried: Sequence[Replica] = ()) -> Optional[Replica]:
@@ -323,6 +340,7 @@ class ReplicaSet:
         await asyncio.gather(*tasks, return_exceptions=True)
         for r in self.replicas:
             await r.upstream.close()
+        await asyncio.gather(*(asyncio.to_thread(lr.stop) for lr in self._owned))
 
     async def _watch(self) -> None:
         while True:
@@ -369,7 +387,7 @@ class ReplicaSet:
         """Make `r` serve exactly the wanted adapters (leftovers unloaded, missing ones loaded), then let it in."""
         async with self._lock:
             served = await r.upstream.models()
-            base = self.settings.base_version
+            base = self.base_name
             if served.get(base, PARTIAL) is not None:
                 raise UpstreamError(f"it does not serve the base model as {base!r} (it serves {sorted(served)})")
             for mid, path in list(served.items()):
@@ -383,3 +401,50 @@ class ReplicaSet:
             r.versions = served
             self._mark_up(r)
 
+
+    # ---- blue/green: a new set for a full-weight version ----------------------------------------
+    async def start_base(self, name: str, model_dir: Optional[str]) -> list[Replica]:
+        """Start and warm as many local vLLMs as the set has, with the same flags, serving `model_dir` (None: the
+        checkpoint the set was first started on) as `name`; nothing routes to them until `flip_base`. Raises
+        `BaseConflictError` when a replica was not started here, `VLLMStartError` when one does not come up
+        (those started are stopped; the current set keeps serving)."""
+        cfg, count = self._origin, len(self.replicas)
+        if cfg is None or not all(r.local for r in self.replicas):
+            raise BaseConflictError("full-weight versions need vLLM replicas started by this gateway (`looplift "
+                                    "server start --model DIR --replicas N`), not --upstream URLs")
+        log_path = cfg.log_path and cfg.log_path.with_name(f"{cfg.log_path.stem}-{name}{cfg.log_path.suffix}")
+        new = replace(cfg, model_dir=Path(model_dir) if model_dir else cfg.model_dir, served_model_name=name,
+                      port=0, log_path=log_path, warm_up=True)
+        # Its own half of the cores/GPUs: next to a busy serving set on the same cores, a new vLLM's worker did
+        # not finish starting within 300 s on 2 cores.
+        self._half = 1 - self._half
+        started = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: start_local_replicas(new, count, first=self._half * count, total=2 * count))
+        self._owned.update(started)
+        return [Replica(url=lr.url, upstream=Upstream(lr.url, read_timeout_s=self.settings.request_timeout_s),
+                        local=lr, healthy=True, versions={name: None}, detail=None) for lr in started]
+
+    def flip_base(self, name: str, new: list[Replica]) -> Coroutine[Any, Any, None]:
+        """Route every new request to `new` (serving `name`) now; returns the coroutine that drains and stops
+        the old set (requests already sent there finish)."""
+        old, self.replicas = self.replicas, new
+        self._up = list(new)
+        self._affinity.clear()
+        self._wanted = {}
+        self.base_name = name
+        return self._retire(old)
+
+    async def _retire(self, old: list[Replica]) -> None:
+        try:
+            while any(r.in_flight for r in old):
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*(asyncio.to_thread(r.local.stop) for r in old if r.local is not None))
+            log.info("stopped the previous vLLM set (%s)", ", ".join(r.url for r in old))
+        except asyncio.CancelledError:  # the gateway is closing: the old set must not outlive it
+            for r in old:
+                if r.local is not None:
+                    r.local.stop()
+            raise
+        finally:
+            for r in old:
+                await r.upstream.close()

@@ -5,6 +5,9 @@ or in vLLM should change. This checks what is cheap and certain: the directory, 
 (parses, is LoRA, rank within `--max-lora-rank`), and a weights file whose safetensors header is
 intact and whose size matches it (catches truncated copies). It does not load tensors or compare
 shapes with the base model; vLLM does that, and its refusal is reported as it comes.
+
+`version_kind` tells the two kinds of version directory apart (an adapter has `adapter_config.json`; a full
+checkpoint has `config.json` and weights), and `validate_checkpoint` checks a full one as cheaply.
 """
 
 from __future__ import annotations
@@ -12,10 +15,40 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Literal
 
 from .errors import AdapterInvalidError
 
 _WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+_FULL_WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
+
+VersionKind = Literal["adapter", "full"]
+
+
+def version_kind(path: str) -> VersionKind:
+    """"full" for a directory with `config.json` and no `adapter_config.json` (a whole HF checkpoint), else
+    "adapter" (whose validation then names what is missing)."""
+    p = Path(path).expanduser()
+    return "full" if (p / "config.json").is_file() and not (p / "adapter_config.json").exists() else "adapter"
+
+
+def validate_checkpoint(path: str) -> Path:
+    """A full checkpoint's directory as an absolute path, or `AdapterInvalidError`: `config.json` must parse
+    and name a `model_type`, and a weights file must be there (safetensors: header and size intact)."""
+    p = Path(path).expanduser()
+    try:
+        cfg = json.loads((p / "config.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise AdapterInvalidError(path, f"config.json is unreadable ({e})") from None
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise AdapterInvalidError(path, "config.json names no model_type; is this a Hugging Face checkpoint?")
+    weights = sorted(w for pat in _FULL_WEIGHTS for w in p.glob(pat))
+    if not weights:
+        raise AdapterInvalidError(path, "no weights file (*.safetensors or pytorch_model*.bin) next to config.json")
+    for w in weights:
+        if w.suffix == ".safetensors":
+            _safetensors_header(path, w)
+    return p.resolve()
 
 
 def validate_adapter(path: str, max_lora_rank: int) -> Path:
@@ -56,6 +89,13 @@ def validate_adapter(path: str, max_lora_rank: int) -> Path:
 
 
 def _check_safetensors(path: str, weights: Path) -> None:
+    tensors = _safetensors_header(path, weights)
+    if not any("lora_" in k for k in tensors):
+        raise AdapterInvalidError(path, f"{weights.name} has no lora_A/lora_B tensors")
+
+
+def _safetensors_header(path: str, weights: Path) -> dict[str, object]:
+    """The tensors of an intact safetensors file (header parses, offsets match the size)."""
     # Format: u64 little-endian header length, JSON header {name: {dtype, shape, data_offsets}}, data.
     size = weights.stat().st_size
     with weights.open("rb") as f:
@@ -82,5 +122,4 @@ def _check_safetensors(path: str, weights: Path) -> None:
         raise AdapterInvalidError(
             path, f"{weights.name} is truncated or padded ({size} bytes, header says {8 + n + end})"
         )
-    if not any("lora_" in k for k in tensors):
-        raise AdapterInvalidError(path, f"{weights.name} has no lora_A/lora_B tensors")
+    return tensors

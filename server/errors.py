@@ -172,6 +172,14 @@ class CanaryError(ServerError):
         self.http_status = http_status
 
 
+class BaseConflictError(ServerError):
+    """An operation that does not fit the full-weight version (base model) vLLM serves now: an adapter registered
+    on another base, a canary of a full version, or full versions on a gateway that cannot start vLLM sets."""
+
+    http_status = 409
+    code = "base_conflict"
+
+
 class UpstreamError(ServerError):
     """vLLM refused or failed an adapter operation, or could not be reached."""
 
