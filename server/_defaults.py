@@ -59,6 +59,8 @@ VLLM_START_TIMEOUT_S = 300.0
 VLLM_STOP_GRACE_S = 10.0
 #: The same when a start is aborted (timeout, exit, signal): a loading vLLM exits within ~0.5 s or never.
 VLLM_ABORT_GRACE_S = 3.0
+#: After a start timed out: how long the hung processes get to write their stacks into the log.
+VLLM_STACK_DUMP_WAIT_S = 3.0
 #: Lines of the vLLM log quoted in a `VLLMStartError`.
 LOG_TAIL_LINES = 40
 

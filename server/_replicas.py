@@ -417,9 +417,10 @@ class ReplicaSet:
                       port=0, log_path=log_path, warm_up=True)
         # Its own half of the cores/GPUs: next to a busy serving set on the same cores, a new vLLM's worker did
         # not finish starting within 300 s on 2 cores.
-        self._half = 1 - self._half
+        half = 1 - self._half
         started = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: start_local_replicas(new, count, first=self._half * count, total=2 * count))
+            None, lambda: start_local_replicas(new, count, first=half * count, total=2 * count))
+        self._half = half  # only once it started: a retry after a failed start takes the same free half
         self._owned.update(started)
         return [Replica(url=lr.url, upstream=Upstream(lr.url, read_timeout_s=self.settings.request_timeout_s),
                         local=lr, healthy=True, versions={name: None}, detail=None) for lr in started]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -146,6 +148,8 @@ def build_command(config: VLLMConfig, port: int, on_gpu: bool) -> tuple[list[str
     argv += config.extra_args
     env = dict(os.environ)
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    # A start that hangs gets its Python stacks dumped into the log (`_dump_stacks`) instead of a silent timeout.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     if not on_gpu:
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{config.kv_cache_gib:g}"
     env.update(config.env)
@@ -298,6 +302,36 @@ def _warm_up(server: VLLMServer, config: VLLMConfig) -> None:
     server.warmup_s = time.monotonic() - t0
 
 
+def _group_pids(pgid: int) -> list[int]:
+    """The pids of process group `pgid` (Linux /proc; empty elsewhere)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid):
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _dump_stacks(pgid: int) -> bool:
+    """Make every process of the hung vLLM group write its Python stacks into the log and end: SIGABRT, which
+    `PYTHONFAULTHANDLER` turns into a traceback of every thread (core dumps turned off first). Returns whether
+    any process got the signal; the caller stops the group anyway."""
+    pids = _group_pids(pgid)
+    for pid in pids:
+        try:
+            resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+            os.kill(pid, signal.SIGABRT)
+        except (OSError, AttributeError):  # gone meanwhile, or no prlimit (not Linux)
+            continue
+    deadline = time.monotonic() + D.VLLM_STACK_DUMP_WAIT_S
+    while pids and time.monotonic() < deadline and _group_pids(pgid):
+        time.sleep(0.1)
+    return bool(pids)
+
+
 def _wait_healthy(server: VLLMServer, config: VLLMConfig, t0: float,
                   progress: Optional[Callable[[float, str], None]]) -> None:
     """Poll `GET /health` until 200; raise `VLLMStartError` if the process exits or the timeout passes."""
@@ -313,7 +347,10 @@ def _wait_healthy(server: VLLMServer, config: VLLMConfig, t0: float,
             if code is not None:
                 raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
             if elapsed > config.start_timeout_s:
-                raise fail(f"not healthy after {config.start_timeout_s:.0f} s")
+                dumped = _dump_stacks(server.process.pid)
+                raise fail(f"not healthy after {config.start_timeout_s:.0f} s"
+                           + ("; the Python stacks of its processes where they hung are at the end of the log"
+                              if dumped else ""))
             try:
                 if client.get(server.url + "/health").status_code == 200:
                     return

@@ -136,6 +136,26 @@ def test_vllm_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
 
 
+def test_vllm_start_that_hangs_dumps_its_stacks(tmp_path: Path) -> None:
+    """A start that never gets healthy (a real Python process hung in a function stands in for vLLM) ends with
+    the hung process's stack in the log and in the error, and nothing left running."""
+    import sys
+
+    (tmp_path / "model").mkdir()
+    shim = tmp_path / "python"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import time\ndef stuck_in_import():\n"
+                    f"    time.sleep(3600)\nstuck_in_import()' \"$@\"\n")
+    shim.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(VLLMStartError) as e:
+        start_vllm(VLLMConfig(model_dir=tmp_path / "model", python=str(shim), log_path=tmp_path / "v.log",
+                              start_timeout_s=3))
+    assert "not healthy after 3 s" in e.value.message and "stacks" in e.value.message
+    assert "stuck_in_import" in e.value.log_tail  # faulthandler's traceback, written by the hung process
+    assert time.monotonic() - t0 < 30
+    assert not list(tmp_path.glob("core*"))
+
+
 # ---- gateway with vLLM down ----------------------------------------------------------------------
 def test_gateway_with_vllm_down_reports_503(tmp_path: Path) -> None:
     settings = GatewaySettings(admin_token="t", state_dir=tmp_path)
