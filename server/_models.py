@@ -45,7 +45,7 @@ class HistoryEvent(BaseModel):
     version: str
     previous: Optional[str] = None
     detail: Optional[str] = None
-    #: For `canary` events: what happened (`start`, `promote`, `drop`, `rollback`, `end`) and the figures
+    #: For `canary` events: what happened (`start`, `resume`, `promote`, `drop`, `rollback`, `end`) and the figures
     #: an automatic decision was made on.
     canary: Optional[str] = None
     figures: Optional[Figures] = None

@@ -16,7 +16,9 @@ interface is:
 * `start_canary(name, fraction)` makes `acquire(alias, session)` send that share of the alias's requests to
   a loaded candidate (`_canary`: sticky per session); `decide_canary` records an automatic decision with its
   figures and acts on it (promote the candidate, drop it, or roll back a watched promotion); any flip of
-  the alias ends a running canary. Canary starts, decisions and ends are `canary` history events.
+  the alias ends a running canary. Canary starts, decisions and ends are `canary` history events. The running
+  canary is saved in `registry.json` and resumed after a restart (its candidate re-loaded); if that fails, an
+  `end` event says why.
 * Full-weight versions (a whole checkpoint, `model_dir`; `load` tells the kinds apart by the directory) are
   served blue/green by a `BaseControl` (the local replica set): promoting one (or rolling back to one) starts
   and warms a new vLLM set on it while the old set serves, then flips the alias and the routing in one
@@ -59,7 +61,7 @@ from ._models import (
     VersionState,
     VersionsView,
 )
-from ._registry_file import RegistryFile, Snapshot, StoredVersion
+from ._registry_file import RegistryFile, Snapshot, StoredCanary, StoredVersion
 from ._settings import GatewaySettings, valid_name, version_name
 from ._validate import validate_adapter, validate_checkpoint, version_kind
 from .errors import (
@@ -166,8 +168,9 @@ class Registry:
         self._lock = asyncio.Lock()
         self._drains: set[asyncio.Task[None]] = set()
         self.started = False
-        #: The running canary (not persisted: a restart ends it).
+        #: The running canary (saved with the rest; `_resume_canary` picks it up after a restart).
         self.canary: Optional[Canary] = None
+        self._stored_canary: Optional[StoredCanary] = None
         #: The version vLLM serves as its base model now: the base (version 0) or a full-weight version.
         self.base = settings.base_version
 
@@ -207,6 +210,7 @@ class Registry:
                 root = served.get(v.name)
                 v.state = "loaded" if root is not None and _same_path(v.adapter_path, root) else "unloaded"
         await self._restore_serving()
+        await self._resume_canary()
         self._save()
         self.started = True
 
@@ -223,6 +227,37 @@ class Registry:
                 log.error("cannot re-load serving version %s: %s; falling back", v.name, e)
                 popped = self.stack.pop()
                 self._event("rollback", self.stack[-1], previous=popped, detail=f"restore failed: {e}")
+
+    async def _resume_canary(self) -> None:
+        """Resume the canary that ran when `registry.json` was written: re-load its candidate, keep its start
+        time and counts (the trainer's watch goes on judging the same window). One that cannot go on (its
+        version gone or now serving, its adapter not loadable on this base) ends with a `canary` `end` event."""
+        sc, self._stored_canary = self._stored_canary, None
+        if sc is None:
+            return
+        c = Canary(version=sc.version, fraction=sc.fraction, started_at=sc.started_at,
+                   routed_candidate=sc.routed_candidate, routed_serving=sc.routed_serving)
+        v = self.versions.get(sc.version)
+        why = None
+        if v is None or v.adapter_path is None:
+            why = "its version is no longer registered as an adapter"
+        elif v.name == self.serving:
+            why = "the candidate serves the alias now"
+        else:
+            try:
+                await self._ensure_loaded(v, action="restore", detail="canary candidate re-loaded after restart")
+            except (UpstreamError, BaseConflictError) as e:
+                why = f"its adapter could not be re-loaded ({e})"
+        figures = {"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving}
+        if why is not None:
+            log.error("not resuming the canary of %s after the restart: %s", c.version, why)
+            self._event("canary", c.version, previous=self.serving, canary="end",
+                        detail=f"not resumed after the restart: {why}", figures=figures)
+            return
+        self.canary = c
+        self._event("canary", c.version, previous=self.serving, canary="resume",
+                    detail=f"resumed after the restart: {c.fraction:.0%} of {self.alias!r} traffic to {c.version} "
+                    f"(serving {self.serving})", figures={"fraction": c.fraction, **figures})
 
     async def close(self) -> None:
         """Cancel pending drain tasks (their adapters stay loaded; the next start reconciles)."""
@@ -547,8 +582,10 @@ class Registry:
         base = self.settings.base_version
         self.versions = {base: Version(name=base, adapter_path=None, created_at=_now(), state="loaded")}
         self.stack, self.history, self.base = [base], [], base
+        self.canary = self._stored_canary = None
         if snap is None:
             return
+        self._stored_canary = snap.canary
         for sv in snap.versions:
             self.versions[sv.name] = Version(name=sv.name, adapter_path=sv.adapter_path, created_at=sv.created_at,
                                              state="unloaded", model_dir=sv.model_dir,
@@ -563,6 +600,8 @@ class Registry:
             versions=[StoredVersion(v.name, v.adapter_path, v.created_at, v.state, v.model_dir, v.base)
                       for v in self.versions.values()],
             stack=list(self.stack), history=self.history,
+            canary=None if (c := self.canary) is None else StoredCanary(
+                c.version, c.fraction, c.started_at, c.routed_candidate, c.routed_serving),
         ))
 
 

@@ -1,4 +1,5 @@
-"""`registry.json`: what the registry keeps across restarts (versions, the alias's serving stack, history).
+"""`registry.json`: what the registry keeps across restarts (versions, the alias's serving stack, history,
+the running canary).
 
 Read once at start, written atomically (`sdk.infra.atomic_write_json`) after every change, so a reader or
 a crash sees the old file or the new one, never half. A file with another schema or alias is ignored; an
@@ -43,6 +44,17 @@ class StoredVersion:
 
 
 @dataclass(frozen=True)
+class StoredCanary:
+    """The running canary when written (its routed counts as of that write: they are not saved per request)."""
+
+    version: str
+    fraction: float
+    started_at: datetime
+    routed_candidate: int = 0
+    routed_serving: int = 0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything `registry.json` holds."""
 
@@ -50,6 +62,7 @@ class Snapshot:
     #: Serving history, oldest first; the last entry is what the alias serves.
     stack: list[str]
     history: list[HistoryEvent]
+    canary: Optional[StoredCanary] = None
 
 
 class RegistryFile:
@@ -76,12 +89,17 @@ class RegistryFile:
             ]
             stack = [str(n) for n in data["stack"]]
             history = [HistoryEvent.model_validate(h) for h in data.get("history", [])]
+            c = data.get("canary")
+            canary = None if c is None else StoredCanary(
+                version=str(c["version"]), fraction=float(c["fraction"]),
+                started_at=datetime.fromisoformat(c["started_at"]), routed_candidate=int(c.get("routed_candidate", 0)),
+                routed_serving=int(c.get("routed_serving", 0)))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             # A corrupt file must not keep the gateway down; start fresh and keep the bad file aside.
             log.error("registry file %s unreadable (%s); starting fresh", self.path, e)
             self.path.rename(self.path.with_suffix(".corrupt"))
             return None
-        return Snapshot(versions=versions, stack=stack, history=history)
+        return Snapshot(versions=versions, stack=stack, history=history, canary=canary)
 
     def write(self, serving: str, snapshot: Snapshot) -> None:
         """Replace the file with `snapshot` (atomically)."""
@@ -96,4 +114,7 @@ class RegistryFile:
             ],
             "stack": snapshot.stack,
             "history": [h.model_dump(mode="json") for h in snapshot.history],
+            "canary": None if (c := snapshot.canary) is None else {
+                "version": c.version, "fraction": c.fraction, "started_at": c.started_at.isoformat(),
+                "routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving},
         })

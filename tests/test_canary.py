@@ -198,6 +198,37 @@ async def test_canary_events_survive_a_restart(settings: GatewaySettings, tmp_pa
     assert again.canary is None
 
 
+async def test_a_running_canary_is_resumed_after_a_restart(settings: GatewaySettings, tmp_path: Path) -> None:
+    reg, fake = await _registry_with_candidate(settings, tmp_path)
+    view = await reg.start_canary("policy-v2", 0.3)
+    assert view.canary is not None
+    for i in range(40):
+        _served(reg, f"s{i}")
+    await reg.start_canary("policy-v2", 0.25)  # a change of fraction is saved (with the counts so far)
+    fresh = FakeVLLM()  # vLLM restarted too: only the base is loaded
+    again = await Registry(settings, fresh).ready()
+    assert again.canary is not None and again.canary.version == "policy-v2" and again.canary.fraction == 0.25
+    assert again.canary.started_at == view.canary.started_at
+    assert again.canary.routed_candidate + again.canary.routed_serving == 40
+    assert fresh.loaded.get("policy-v2") is not None  # the candidate was re-loaded
+    assert again.canary_view().decisions[-1].canary == "resume"
+    assert {_served(again, f"s{i}") for i in range(200)} == {"policy-v1", "policy-v2"}
+    assert _served(again, "s7") == _served(reg, "s7")  # a session stays on its version across the restart
+
+
+async def test_a_canary_that_cannot_be_resumed_ends_with_the_reason(settings: GatewaySettings, tmp_path: Path) -> None:
+    reg, _ = await _registry_with_candidate(settings, tmp_path)
+    await reg.start_canary("policy-v2", 0.3)
+    fresh = FakeVLLM()
+    fresh.refuse.add("policy-v2")  # its adapter no longer loads
+    again = await Registry(settings, fresh).ready()
+    assert again.canary is None and again.serving == "policy-v1"
+    last = again.canary_view().decisions[-1]
+    assert last.canary == "end" and last.version == "policy-v2" and "could not be re-loaded" in (last.detail or "")
+    third = await Registry(settings, FakeVLLM()).ready()  # the end was saved: nothing to resume any more
+    assert third.canary is None and third.canary_view().decisions[-1].canary == "end"
+
+
 # ---- the decision rules ------------------------------------------------------------------------------
 def _sig(version: str, x: int, n: int) -> LiveSignal:
     return LiveSignal(version, "success", x, n)
