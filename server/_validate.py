@@ -39,15 +39,20 @@ def validate_checkpoint(path: str) -> Path:
     try:
         cfg = json.loads((p / "config.json").read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise AdapterInvalidError(path, f"config.json is unreadable ({e})") from None
+        raise AdapterInvalidError(path, f"config.json is unreadable ({e})", "checkpoint") from None
     if not isinstance(cfg, dict) or "model_type" not in cfg:
-        raise AdapterInvalidError(path, "config.json names no model_type; is this a Hugging Face checkpoint?")
+        raise AdapterInvalidError(path, "config.json names no model_type; is this a Hugging Face checkpoint?",
+                                  "checkpoint")
     weights = sorted(w for pat in _FULL_WEIGHTS for w in p.glob(pat))
     if not weights:
-        raise AdapterInvalidError(path, "no weights file (*.safetensors or pytorch_model*.bin) next to config.json")
+        raise AdapterInvalidError(path, "no weights file (*.safetensors or pytorch_model*.bin) next to config.json",
+                                  "checkpoint")
     for w in weights:
         if w.suffix == ".safetensors":
-            _safetensors_header(path, w)
+            try:
+                _safetensors_header(path, w)
+            except AdapterInvalidError as e:
+                raise AdapterInvalidError(path, e.problem, "checkpoint") from None
     return p.resolve()
 
 

@@ -104,12 +104,15 @@ class AdapterInvalidError(ServerError):
     http_status = 400
     code = "invalid_adapter"
 
-    def __init__(self, path: str, problem: str) -> None:
+    def __init__(self, path: str, problem: str, kind: str = "adapter") -> None:
         self.path = path
         self.problem = problem
+        self.kind = kind
+        what = ("a Hugging Face save_pretrained output: config.json and its weights" if kind == "checkpoint"
+                else "a peft LoRA save_pretrained output")
         super().__init__(
-            f"adapter {path!r} refused: {problem}. Nothing was changed; fix the adapter directory "
-            "(a peft LoRA save_pretrained output) and load it again."
+            f"{kind} {path!r} refused: {problem}. Nothing was changed; fix the {kind} directory ({what}) and "
+            "load it again."
         )
 
 

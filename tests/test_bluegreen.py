@@ -94,16 +94,18 @@ def test_kind_adapter_with_config_json_is_adapter(tmp_path: Path) -> None:
                                                           (True, None, "model_type")])
 def test_checkpoint_refused(tmp_path: Path, weights: bool, model_type: Optional[str], problem: str) -> None:
     d = write_checkpoint(tmp_path / "ck", weights=weights, model_type=model_type)
-    with pytest.raises(AdapterInvalidError, match=problem):
+    with pytest.raises(AdapterInvalidError, match=problem) as e:
         validate_checkpoint(str(d))
+    assert e.value.message.startswith("checkpoint ") and "config.json and its weights" in e.value.message
 
 
 def test_checkpoint_truncated_weights_refused(tmp_path: Path) -> None:
     d = write_checkpoint(tmp_path / "ck")
     w = d / "model.safetensors"
     w.write_bytes(w.read_bytes()[:-3])
-    with pytest.raises(AdapterInvalidError, match="truncated"):
+    with pytest.raises(AdapterInvalidError, match="truncated") as e:
         validate_checkpoint(str(d))
+    assert e.value.message.startswith("checkpoint ")
 
 
 # ---- the registry ---------------------------------------------------------------------------------
