@@ -8,6 +8,7 @@ error that says what is missing. This module holds no isolation logic of its own
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -131,3 +132,33 @@ def make_pool(
     if name == "local":
         return SandboxPool(lambda: LocalSandbox(config), size)
     raise ValueError(f"unknown sandbox backend {backend!r}; use one of: auto, {', '.join(BACKENDS)}")
+
+
+class FamilyPools:
+    """A task family's two sandbox pools -- one for its episodes, the verifier's own (at most 2), so a verifier
+    never waits for a sandbox an episode holds -- started on first `get()`: loading a family starts nothing."""
+
+    def __init__(self, backend: str | None, size: int, config: SandboxConfig) -> None:
+        self.backend, self.size, self.config = backend, size, config
+        self._lock = threading.Lock()
+        self._pools: tuple[SandboxPool, SandboxPool] | None = None
+
+    def get(self) -> tuple[SandboxPool, SandboxPool]:
+        """(episodes, verifier), started now if they are not yet."""
+        with self._lock:
+            if self._pools is None:
+                episodes = make_pool(self.backend, self.config, size=self.size)
+                try:
+                    verifier = make_pool(self.backend, self.config, size=max(1, min(self.size, 2)))
+                except BaseException:
+                    episodes.close()
+                    raise
+                self._pools = (episodes, verifier)
+            return self._pools
+
+    def close(self) -> None:
+        """Close both pools (their sandboxes are removed); a later `get()` starts new ones."""
+        with self._lock:
+            pools, self._pools = self._pools, None
+        for pool in pools or ():
+            pool.close()

@@ -13,7 +13,6 @@ episodes, one for the verifier, so a verifier never waits for a sandbox an episo
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,8 +20,7 @@ from sdk import Budget, EnvFamily, Gated, Outcome, Task, Trajectory
 from sdk.infra import atomic_write_json
 
 from .._config import SandboxConfig
-from .._factory import family_backend, family_pool_size, make_pool
-from .._pool import SandboxPool
+from .._factory import FamilyPools, family_backend, family_pool_size
 from ._build import build_manifest
 from ._env import TOOLS, CodingEnv
 from ._policies import POLICIES
@@ -36,34 +34,10 @@ SYSTEM_PROMPT = ("You are a software engineer working in a terminal on a small P
 CONFIG = SandboxConfig(timeout_s=20, memory_mb=256, output_limit_bytes=64 * 1024)
 
 
-class _Pools:
-    """The family's sandbox pools, started on first use (listing families starts nothing)."""
-
-    def __init__(self, backend: Optional[str], size: int, config: SandboxConfig) -> None:
-        self.backend, self.size, self.config = backend, size, config
-        self._lock = threading.Lock()
-        self.episodes: Optional[SandboxPool] = None
-        self.verifier: Optional[SandboxPool] = None
-
-    def get(self) -> tuple[SandboxPool, SandboxPool]:
-        with self._lock:
-            if self.episodes is None or self.verifier is None:
-                self.episodes = make_pool(self.backend, self.config, size=self.size)
-                self.verifier = make_pool(self.backend, self.config, size=max(1, min(self.size, 2)))
-            return self.episodes, self.verifier
-
-    def close(self) -> None:
-        with self._lock:
-            for p in (self.episodes, self.verifier):
-                if p is not None:
-                    p.close()
-            self.episodes = self.verifier = None
-
-
 class _LazyVerifier:
     """The family's verifier: `Gated(IntegrityCheck, HiddenTests)` on the verifier pool, made on first use."""
 
-    def __init__(self, pools: _Pools) -> None:
+    def __init__(self, pools: FamilyPools) -> None:
         self._pools = pools
 
     def verify(self, task: Task, trajectory: Trajectory) -> Outcome:
@@ -74,7 +48,7 @@ class _LazyVerifier:
 def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None, config: SandboxConfig = CONFIG) -> EnvFamily:
     """The coding family. `backend` "docker"/"local"/None (`$LOOPLIFT_SANDBOX`, else detect); `pool_size`
     sandboxes for episodes, the most that run at once (`$LOOPLIFT_SANDBOX_POOL`, else 2); `config` their limits."""
-    pools = _Pools(family_backend(backend), family_pool_size(pool_size), config)
+    pools = FamilyPools(family_backend(backend), family_pool_size(pool_size), config)
 
     def env_factory() -> Any:
         return CodingEnv(pools.get()[0], timeout_s=config.timeout_s)

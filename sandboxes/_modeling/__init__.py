@@ -53,15 +53,13 @@ importer that `_rules` cannot see would be caught only if its geometry were wron
 
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 from sdk import Budget, EnvFamily
 
 from .. import _defaults
 from .._config import SandboxConfig
-from .._factory import family_backend, family_pool_size, make_pool
-from .._pool import SandboxPool
+from .._factory import FamilyPools, family_backend, family_pool_size
 from ._blender import blender_python
 from ._env import TOOLS, ModelingEnv
 from ._kinds import KINDS, make_part
@@ -80,29 +78,6 @@ _DESCRIPTION = ("3D parts in Blender: build a model from an instruction (sizes, 
                 "snippets, step by step; checked with trimesh (watertight, bounds, volume, holes).")
 
 
-class _Pools:
-    """The family's two pools (episodes; the verifier's own), started on first use: loading the family starts
-    nothing, and a verifier never waits for a sandbox an episode holds."""
-
-    def __init__(self, backend: str, size: int, config: SandboxConfig) -> None:
-        self.backend, self.size, self.config = backend, size, config
-        self._lock = threading.Lock()
-        self._pools: Optional[tuple[SandboxPool, SandboxPool]] = None
-
-    def get(self) -> tuple[SandboxPool, SandboxPool]:
-        with self._lock:
-            if self._pools is None:
-                episodes = make_pool(self.backend, self.config, size=self.size)
-                self._pools = (episodes, make_pool(self.backend, self.config, size=min(self.size, 2)))
-            return self._pools
-
-    def close(self) -> None:
-        with self._lock:
-            pools, self._pools = self._pools, None
-        for p in pools or ():
-            p.close()
-
-
 def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None,
            config: SandboxConfig = CONFIG) -> EnvFamily:
     """The modeling family. `backend`: "docker" (default; `$LOOPLIFT_SANDBOX` when not given) or "local" (needs
@@ -118,7 +93,7 @@ def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None,
     python = blender_python(name)
     if name == "local":
         config = SandboxConfig(**{**config.to_dict(), "memory_mb": max(config.memory_mb, _LOCAL_MEMORY_MB)})  # type: ignore[arg-type]
-    pools = _Pools(name, family_pool_size(pool_size), config)
+    pools = FamilyPools(name, family_pool_size(pool_size), config)
     return EnvFamily(
         "modeling", _DESCRIPTION, tasks, lambda: ModelingEnv(pools.get()[0], python=python, timeout_s=config.timeout_s),
         ModelingVerifier(lambda: pools.get()[1], python=python, timeout_s=config.timeout_s), dict(POLICIES),
