@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from _dbs import DIALECTS, database
@@ -82,6 +82,17 @@ def vllm_server(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFacto
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def gateway(vllm_server: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[object]:
+    """A gateway in a thread over the session's vLLM, with its own state dir; admin token: the test module's
+    `ADMIN`."""
+    from server import GatewaySettings, start_gateway_in_thread
+
+    settings = GatewaySettings(admin_token=request.module.ADMIN, state_dir=tmp_path / "state")
+    with start_gateway_in_thread(settings, vllm_server.url, port=0) as gw:
+        yield gw
 
 
 @pytest.fixture(params=DIALECTS)

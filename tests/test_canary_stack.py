@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import httpx
 import openai
@@ -26,7 +26,7 @@ import pytest
 
 from collector import CollectorSettings, ServerHandle, serve_in_thread
 from sdk import CollectorClient, Message, Outcome, Trajectory
-from server import AdminClient, CanaryError, GatewayHandle, GatewaySettings, VersionNotFoundError, start_gateway_in_thread
+from server import AdminClient, CanaryError, GatewayHandle, VersionNotFoundError
 from trainer._canary import CanaryConfig, CanaryWatch, WatchConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -35,15 +35,6 @@ ADMIN, KEY = "canary-admin", "canary-key"
 #: Episodes (of 20) each version's "users" count as a success.
 QUALITY = {"policy-v1": 10, "policy-v2": 2, "policy-v3": 19}
 CONFIG = CanaryConfig(min_samples=20, max_samples=200, watch=WatchConfig(window_s=3600, min_samples=20, tolerance=0.1))
-
-
-@pytest.fixture
-def gateway(vllm_server: Any, tmp_path: Path) -> Iterator[GatewayHandle]:
-    gw = start_gateway_in_thread(GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "state"), vllm_server.url, port=0)
-    try:
-        yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture

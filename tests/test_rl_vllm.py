@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer
 
 import sdk
 from sdk import Budget, EvalSuite, Outcome, Sampling, StepResult, Task, Trajectory
-from server import AdminClient, GatewayHandle, GatewaySettings, start_gateway_in_thread
+from server import AdminClient, GatewayHandle
 from trainer import (
     GRPOConfig,
     GRPOLearner,
@@ -63,15 +63,6 @@ class Keep(list):  # type: ignore[type-arg]
 
     def submit(self, t: Trajectory) -> None:
         self.append(t)
-
-
-@pytest.fixture
-def gateway(vllm_server: Any, tmp_path: Path) -> Iterator[GatewayHandle]:
-    gw = start_gateway_in_thread(GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "state"), vllm_server.url, port=0)
-    try:
-        yield gw
-    finally:
-        gw.stop()
 
 
 def _tasks(n: int) -> list[Task]:
