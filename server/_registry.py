@@ -61,7 +61,7 @@ from ._models import (
     VersionState,
     VersionsView,
 )
-from ._registry_file import RegistryFile, Snapshot, StoredCanary, StoredVersion
+from ._registry_file import RegistryFile, Snapshot, StoredVersion
 from ._settings import GatewaySettings, valid_name, version_name
 from ._validate import validate_adapter, validate_checkpoint, version_kind
 from .errors import (
@@ -170,7 +170,6 @@ class Registry:
         self.started = False
         #: The running canary (saved with the rest; `_resume_canary` picks it up after a restart).
         self.canary: Optional[Canary] = None
-        self._stored_canary: Optional[StoredCanary] = None
         #: The version vLLM serves as its base model now: the base (version 0) or a full-weight version.
         self.base = settings.base_version
 
@@ -190,7 +189,8 @@ class Registry:
             await self._start()
 
     async def _start(self) -> None:
-        self._restore(self._file.read())
+        snap = self._file.read()
+        self._restore(snap)
         served = await self._adapters.models()
         base = self.settings.base_version
         if base not in served or served[base] is not None:
@@ -210,7 +210,8 @@ class Registry:
                 root = served.get(v.name)
                 v.state = "loaded" if root is not None and _same_path(v.adapter_path, root) else "unloaded"
         await self._restore_serving()
-        await self._resume_canary()
+        if snap is not None and snap.canary is not None:
+            await self._resume_canary(Canary(**snap.canary.model_dump()))
         self._save()
         self.started = True
 
@@ -228,16 +229,11 @@ class Registry:
                 popped = self.stack.pop()
                 self._event("rollback", self.stack[-1], previous=popped, detail=f"restore failed: {e}")
 
-    async def _resume_canary(self) -> None:
-        """Resume the canary that ran when `registry.json` was written: re-load its candidate, keep its start
+    async def _resume_canary(self, c: Canary) -> None:
+        """Resume `c`, the canary that ran when `registry.json` was written: re-load its candidate, keep its start
         time and counts (the trainer's watch goes on judging the same window). One that cannot go on (its
         version gone or now serving, its adapter not loadable on this base) ends with a `canary` `end` event."""
-        sc, self._stored_canary = self._stored_canary, None
-        if sc is None:
-            return
-        c = Canary(version=sc.version, fraction=sc.fraction, started_at=sc.started_at,
-                   routed_candidate=sc.routed_candidate, routed_serving=sc.routed_serving)
-        v = self.versions.get(sc.version)
+        v = self.versions.get(c.version)
         why = None
         if v is None or v.adapter_path is None:
             why = "its version is no longer registered as an adapter"
@@ -248,7 +244,7 @@ class Registry:
                 await self._ensure_loaded(v, action="restore", detail="canary candidate re-loaded after restart")
             except (UpstreamError, BaseConflictError) as e:
                 why = f"its adapter could not be re-loaded ({e})"
-        figures = {"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving}
+        figures: Figures = {"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving}
         if why is not None:
             log.error("not resuming the canary of %s after the restart: %s", c.version, why)
             self._event("canary", c.version, previous=self.serving, canary="end",
@@ -582,10 +578,9 @@ class Registry:
         base = self.settings.base_version
         self.versions = {base: Version(name=base, adapter_path=None, created_at=_now(), state="loaded")}
         self.stack, self.history, self.base = [base], [], base
-        self.canary = self._stored_canary = None
+        self.canary = None
         if snap is None:
             return
-        self._stored_canary = snap.canary
         for sv in snap.versions:
             self.versions[sv.name] = Version(name=sv.name, adapter_path=sv.adapter_path, created_at=sv.created_at,
                                              state="unloaded", model_dir=sv.model_dir,
@@ -600,8 +595,7 @@ class Registry:
             versions=[StoredVersion(v.name, v.adapter_path, v.created_at, v.state, v.model_dir, v.base)
                       for v in self.versions.values()],
             stack=list(self.stack), history=self.history,
-            canary=None if (c := self.canary) is None else StoredCanary(
-                c.version, c.fraction, c.started_at, c.routed_candidate, c.routed_serving),
+            canary=self.canary.info() if self.canary else None,
         ))
 
 

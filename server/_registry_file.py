@@ -20,7 +20,7 @@ from typing import Optional
 
 from sdk.infra import atomic_write_json
 
-from ._models import HistoryEvent
+from ._models import CanaryInfo, HistoryEvent
 
 log = logging.getLogger("looplift.server.registry")
 
@@ -44,17 +44,6 @@ class StoredVersion:
 
 
 @dataclass(frozen=True)
-class StoredCanary:
-    """The running canary when written (its routed counts as of that write: they are not saved per request)."""
-
-    version: str
-    fraction: float
-    started_at: datetime
-    routed_candidate: int = 0
-    routed_serving: int = 0
-
-
-@dataclass(frozen=True)
 class Snapshot:
     """Everything `registry.json` holds."""
 
@@ -62,7 +51,8 @@ class Snapshot:
     #: Serving history, oldest first; the last entry is what the alias serves.
     stack: list[str]
     history: list[HistoryEvent]
-    canary: Optional[StoredCanary] = None
+    #: The running canary when written (its routed counts as of that write: they are not saved per request).
+    canary: Optional[CanaryInfo] = None
 
 
 class RegistryFile:
@@ -89,11 +79,7 @@ class RegistryFile:
             ]
             stack = [str(n) for n in data["stack"]]
             history = [HistoryEvent.model_validate(h) for h in data.get("history", [])]
-            c = data.get("canary")
-            canary = None if c is None else StoredCanary(
-                version=str(c["version"]), fraction=float(c["fraction"]),
-                started_at=datetime.fromisoformat(c["started_at"]), routed_candidate=int(c.get("routed_candidate", 0)),
-                routed_serving=int(c.get("routed_serving", 0)))
+            canary = None if data.get("canary") is None else CanaryInfo.model_validate(data["canary"])
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             # A corrupt file must not keep the gateway down; start fresh and keep the bad file aside.
             log.error("registry file %s unreadable (%s); starting fresh", self.path, e)
@@ -114,7 +100,5 @@ class RegistryFile:
             ],
             "stack": snapshot.stack,
             "history": [h.model_dump(mode="json") for h in snapshot.history],
-            "canary": None if (c := snapshot.canary) is None else {
-                "version": c.version, "fraction": c.fraction, "started_at": c.started_at.isoformat(),
-                "routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving},
+            "canary": None if snapshot.canary is None else snapshot.canary.model_dump(mode="json"),
         })

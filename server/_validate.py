@@ -33,26 +33,29 @@ def version_kind(path: str) -> VersionKind:
 
 
 def validate_checkpoint(path: str) -> Path:
-    """A full checkpoint's directory as an absolute path, or `AdapterInvalidError`: `config.json` must parse
-    and name a `model_type`, and a weights file must be there (safetensors: header and size intact)."""
+    """A full checkpoint's directory as an absolute path, or `AdapterInvalidError` (worded for a checkpoint):
+    `config.json` must parse and name a `model_type`, and a weights file must be there (safetensors: header and
+    size intact)."""
+    try:
+        return _checkpoint_dir(path)
+    except AdapterInvalidError as e:
+        raise AdapterInvalidError(path, e.problem, "checkpoint") from None
+
+
+def _checkpoint_dir(path: str) -> Path:
     p = Path(path).expanduser()
     try:
         cfg = json.loads((p / "config.json").read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise AdapterInvalidError(path, f"config.json is unreadable ({e})", "checkpoint") from None
+        raise AdapterInvalidError(path, f"config.json is unreadable ({e})") from None
     if not isinstance(cfg, dict) or "model_type" not in cfg:
-        raise AdapterInvalidError(path, "config.json names no model_type; is this a Hugging Face checkpoint?",
-                                  "checkpoint")
+        raise AdapterInvalidError(path, "config.json names no model_type; is this a Hugging Face checkpoint?")
     weights = sorted(w for pat in _FULL_WEIGHTS for w in p.glob(pat))
     if not weights:
-        raise AdapterInvalidError(path, "no weights file (*.safetensors or pytorch_model*.bin) next to config.json",
-                                  "checkpoint")
+        raise AdapterInvalidError(path, "no weights file (*.safetensors or pytorch_model*.bin) next to config.json")
     for w in weights:
         if w.suffix == ".safetensors":
-            try:
-                _safetensors_header(path, w)
-            except AdapterInvalidError as e:
-                raise AdapterInvalidError(path, e.problem, "checkpoint") from None
+            _safetensors_header(path, w)
     return p.resolve()
 
 

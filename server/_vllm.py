@@ -315,20 +315,23 @@ def _group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def _dump_stacks(pgid: int) -> bool:
+def _dump_stacks(process: TiedProcess) -> bool:
     """Make every process of the hung vLLM group write its Python stacks into the log and end: SIGABRT, which
-    `PYTHONFAULTHANDLER` turns into a traceback of every thread (core dumps turned off first). Returns whether
-    any process got the signal; the caller stops the group anyway."""
-    pids = _group_pids(pgid)
+    `PYTHONFAULTHANDLER` turns into a traceback of every thread (core dumps turned off first). Waits (briefly)
+    for the guardian to see the group gone, so the stacks are in the log; returns whether any process got the
+    signal. The caller stops the group anyway."""
+    pids = _group_pids(process.pid)
     for pid in pids:
         try:
             resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
             os.kill(pid, signal.SIGABRT)
         except (OSError, AttributeError):  # gone meanwhile, or no prlimit (not Linux)
             continue
-    deadline = time.monotonic() + D.VLLM_STACK_DUMP_WAIT_S
-    while pids and time.monotonic() < deadline and _group_pids(pgid):
-        time.sleep(0.1)
+    if pids:
+        try:
+            process.wait(D.VLLM_STACK_DUMP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
     return bool(pids)
 
 
@@ -347,7 +350,7 @@ def _wait_healthy(server: VLLMServer, config: VLLMConfig, t0: float,
             if code is not None:
                 raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
             if elapsed > config.start_timeout_s:
-                dumped = _dump_stacks(server.process.pid)
+                dumped = _dump_stacks(server.process)
                 raise fail(f"not healthy after {config.start_timeout_s:.0f} s"
                            + ("; the Python stacks of its processes where they hung are at the end of the log"
                               if dumped else ""))
