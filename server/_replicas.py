@@ -166,12 +166,7 @@ class ReplicaSet:
         if not sources:
             raise ValueError("a replica set needs at least one upstream")
         self.settings = settings
-        self.replicas = [
-            Replica(url=s if isinstance(s, str) else s.url,
-                    upstream=Upstream(s if isinstance(s, str) else s.url, read_timeout_s=settings.request_timeout_s),
-                    local=None if isinstance(s, str) else s)
-            for s in sources
-        ]
+        self.replicas = [self._replica(s) for s in sources]
         #: Healthy replicas, in configuration order (what `pick` chooses from).
         self._up: list[Replica] = []
         #: {version name: adapter path} every healthy replica serves (the registry's loaded adapters).
@@ -185,13 +180,18 @@ class ReplicaSet:
         self._restarts: set[asyncio.Task[None]] = set()
         #: The name the replicas serve their base model under (changes with `flip_base`).
         self.base_name = settings.base_version
-        #: The checkpoint the local replicas were first started on (a full version's rollback target).
         #: Local replicas this set started itself (`start_base`): it stops them when it closes.
         self._owned: set[LocalReplica] = set()
-        #: How the local replicas were first started (flags for every new set; its checkpoint: the base's).
         #: Which half of the machine the latest started set took (the first set: all of it, "0").
         self._half = 0
+        #: How the local replicas were first started (flags for every new set; its checkpoint: the base's, a full
+        #: version's rollback target).
         self._origin = next((s.config for s in sources if isinstance(s, LocalReplica)), None)
+
+    def _replica(self, source: Source) -> Replica:
+        url = source if isinstance(source, str) else source.url
+        return Replica(url=url, upstream=Upstream(url, read_timeout_s=self.settings.request_timeout_s),
+                       local=None if isinstance(source, str) else source)
 
     # ---- routing (the hot path: no awaits) ---------------------------------------------------
     def pick(self, session: Optional[str], tried: Sequence[Replica] = ()) -> Optional[Replica]:
@@ -422,8 +422,10 @@ class ReplicaSet:
             None, lambda: start_local_replicas(new, count, first=half * count, total=2 * count))
         self._half = half  # only once it started: a retry after a failed start takes the same free half
         self._owned.update(started)
-        return [Replica(url=lr.url, upstream=Upstream(lr.url, read_timeout_s=self.settings.request_timeout_s),
-                        local=lr, healthy=True, versions={name: None}, detail=None) for lr in started]
+        new_set = [self._replica(lr) for lr in started]
+        for r in new_set:  # started and warmed: healthy, serving only its base
+            r.healthy, r.versions, r.detail = True, {name: None}, None
+        return new_set
 
     def flip_base(self, name: str, new: list[Replica]) -> Coroutine[Any, Any, None]:
         """Route every new request to `new` (serving `name`) now; returns the coroutine that drains and stops
