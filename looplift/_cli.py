@@ -279,7 +279,7 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
     config = StackConfig(model_dir=model, gateway=gateway_settings, collector=collector_settings, host=host,
                          gateway_port=gateway_port, collector_port=collector_port,
                          vllm_log=home / "logs" / "vllm.log", replicas=replicas, upstreams=upstreams,
-                         tool_call_parser=None if opts.tool_call_parser == "none" else opts.tool_call_parser,
+                         tool_call_parser=opts.tool_call_parser,
                          insecure=opts.insecure)
     if plan is not None and collector_settings is None:
         raise _fail("--retrain needs the collector (install `looplift[collector]`): the job trains on its data", 2)

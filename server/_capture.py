@@ -32,7 +32,6 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -50,8 +49,6 @@ log = logging.getLogger("looplift.server.capture")
 _STOP = object()
 _HEADERS = {b"x-looplift-session": "session", b"x-looplift-app": "app", b"x-looplift-task": "task",
             b"x-looplift-capture": "capture"}
-#: Response ids remembered as captured (so feedback right after a completion waits for its delivery).
-_RECENT = 50_000
 
 
 class _Scrape(Collector):
@@ -98,8 +95,6 @@ class Capture:
         self.client = client
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=settings.capture_queue)
         self._book = SessionBook()
-        self._recent: OrderedDict[str, str] = OrderedDict()
-        self._recent_lock = threading.Lock()
         self._sent = Counter("looplift_gateway_capture_exchanges", "Captured exchanges handed to the collector client.",
                              registry=registry)
         self._dropped = Counter("looplift_gateway_capture_dropped", "Captured exchanges dropped, by reason "
@@ -171,18 +166,8 @@ class Capture:
         traj = self._book.trajectory(ex, reply, self.settings.capture_app)
         self.client.submit(traj)
         self._sent.inc()
-        if reply.response_id:
-            with self._recent_lock:
-                self._recent[reply.response_id] = traj.id
-                while len(self._recent) > _RECENT:
-                    self._recent.popitem(last=False)
 
     # ---- delivery ------------------------------------------------------------------------------------
-    def knows(self, response_id: str) -> bool:
-        """Whether the worker captured `response_id` (recently: the last `_RECENT` completions)."""
-        with self._recent_lock:
-            return response_id in self._recent
-
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every exchange queued so far was handed to the collector client and the client sent (or
         spooled) it; True if that happened within `timeout` seconds. Blocking: call it from a thread."""

@@ -225,7 +225,6 @@ class _Session:
     traj_id: str
     messages: list[Message]
     turns: dict[int, TurnTokens]
-    response_ids: list[str]
     exchanges: list[dict[str, Any]]
     started_at: float
     seen: float
@@ -270,22 +269,20 @@ class SessionBook:
             if s is None:
                 seed = "\x00".join((ex.key_id or "", app, ex.session, prompt))
                 s = _Session(traj_id="cap-" + hashlib.sha256(seed.encode()).hexdigest()[:32], messages=[], turns={},
-                             response_ids=[], exchanges=[], started_at=ex.started_at, seen=now)
+                             exchanges=[], started_at=ex.started_at, seen=now)
             self._sessions[key] = s
             self._sessions.move_to_end(key)
             s.messages, s.seen = messages, now
             s.turns[turn.message_index] = turn
-            if reply.response_id:
-                s.response_ids.append(reply.response_id)
             s.exchanges.append(exchange)
             self._forget_old(now)
-            traj_id, turns, response_ids, exchanges, started = (s.traj_id, [s.turns[i] for i in sorted(s.turns)],
-                                                                list(s.response_ids), list(s.exchanges), s.started_at)
+            traj_id, turns, exchanges, started = (s.traj_id, [s.turns[i] for i in sorted(s.turns)],
+                                                  list(s.exchanges), s.started_at)
         else:
             seed = reply.response_id or f"{ex.started_at}-{id(ex)}"
             traj_id = "cap-" + hashlib.sha256(seed.encode()).hexdigest()[:32]
-            turns, response_ids, exchanges, started = [turn], [reply.response_id] if reply.response_id else [], \
-                [exchange], ex.started_at
+            turns, exchanges, started = [turn], [exchange], ex.started_at
+        response_ids = [e["response_id"] for e in exchanges if e["response_id"]]
         metadata: dict[str, Any] = {"source": "gateway", RESPONSE_IDS_KEY: response_ids, "exchanges": exchanges,
                                     "usage": _total_usage(exchanges)}
         if ex.key_id is not None:

@@ -113,7 +113,7 @@ def start(
     cfg = None if model is None else VLLMConfig(
         model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port if replicas == 1 else 0,
         max_model_len=max_model_len, max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
-        tool_call_parser=None if tool_call_parser == "none" else tool_call_parser,
+        tool_call_parser=tool_call_parser,
     )
     # From the first line: SIGTERM (a supervisor), SIGINT (Ctrl-C, also when a shell started us in the
     # background with SIGINT ignored) and SIGHUP raise `Shutdown` here, during vLLM's start included, and
