@@ -129,7 +129,6 @@ class OnlineGRPO:
         self.updates = 0
         self.records: list[UpdateRecord] = []
         """The updates of the last `job_step` run."""
-        self._on_update: Optional[Callable[[UpdateRecord], None]] = None
 
     @property
     def version(self) -> str:
@@ -167,7 +166,6 @@ class OnlineGRPO:
                   on_update: Optional[Callable[[UpdateRecord], None]] = None) -> list[UpdateRecord]:
         """Run `updates` updates; the last adapter is published only if `publish_last` (a job gates it instead).
         `on_update` is called after each update (e.g. to advance a progress bar)."""
-        self._on_update = on_update
         http = httpx.AsyncClient(transport=TimedTransport(self.timeline), timeout=REQUEST_TIMEOUT_S)
         client = openai.AsyncOpenAI(base_url=self.gateway_url + "/v1", api_key=self.api_key or "looplift-no-key",
                                     http_client=http, max_retries=2)
@@ -176,13 +174,14 @@ class OnlineGRPO:
                 out = []
                 for k in range(updates):
                     batch = await self._rollouts(client)
-                    out.append(self._train(batch, publish=publish_last or k < updates - 1))
+                    out.append(self._train(batch, publish_last or k < updates - 1, on_update))
                 return out
-            return await self._run_async(client, updates, publish_last)
+            return await self._run_async(client, updates, publish_last, on_update)
         finally:
             await client.close()
 
-    async def _run_async(self, client: openai.AsyncOpenAI, updates: int, publish_last: bool) -> list[UpdateRecord]:
+    async def _run_async(self, client: openai.AsyncOpenAI, updates: int, publish_last: bool,
+                         on_update: Optional[Callable[[UpdateRecord], None]]) -> list[UpdateRecord]:
         queue: asyncio.Queue[tuple[str, int, list[Trajectory], float]] = asyncio.Queue()
         done = asyncio.Condition()
         finished = 0
@@ -204,7 +203,7 @@ class OnlineGRPO:
                     getter.cancel()
                     producer.result()
                 batch = await getter
-                out.append(await asyncio.to_thread(self._train, batch, publish_last or k < updates - 1))
+                out.append(await asyncio.to_thread(self._train, batch, publish_last or k < updates - 1, on_update))
                 async with done:
                     finished = k + 1
                     done.notify_all()
@@ -226,7 +225,8 @@ class OnlineGRPO:
         self.sampler.observe(trajs)
         return version, step, trajs, time.monotonic() - t0
 
-    def _train(self, batch: tuple[str, int, list[Trajectory], float], publish: bool = True) -> UpdateRecord:
+    def _train(self, batch: tuple[str, int, list[Trajectory], float], publish: bool,
+               on_update: Optional[Callable[[UpdateRecord], None]]) -> UpdateRecord:
         version, step, trajs, gen_s = batch
         self.updates += 1
         with self.timeline.busy("training"):
@@ -236,8 +236,8 @@ class OnlineGRPO:
             with self.timeline.busy("adapter"):
                 published = self.publish()
         record = UpdateRecord.of(self.updates, version, trajs, stats, published, gen_s)
-        if self._on_update is not None:
-            self._on_update(record)
+        if on_update is not None:
+            on_update(record)
         return record
 
     def publish(self) -> str:

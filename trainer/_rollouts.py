@@ -60,12 +60,6 @@ class Group:
     def rewards(self) -> list[float]:
         return [e.reward for e in self.episodes]
 
-    @property
-    def uniform(self) -> bool:
-        """All rewards equal: the group carries no policy-gradient signal."""
-        r = self.rewards
-        return max(r) - min(r) < 1e-9
-
 
 def _turn(traj_id: str, k: int, turn: Mapping[str, Any]) -> Turn:
     prompt, comp, lps = turn.get("prompt_token_ids"), turn.get("completion_token_ids"), turn.get("completion_logprobs")

@@ -35,6 +35,7 @@ from transformers import AutoTokenizer
 
 from ._data import IGNORE, Progress, collate, encode_chat, jsonl_fields, minibatches
 from ._lora import lora_model, save_adapter
+from ._tokens import token_logprobs
 from .errors import TrainingDataError
 
 
@@ -84,10 +85,9 @@ def load_dpo_jsonl(path: Path, tokenizer: Any, *, max_len: int = 512) -> list[Pa
 
 def _seq_logprob(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of log p over labeled tokens, and their number, per row: (B,), (B,)."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()  # (B, T-1, V)
-    labels = batch["labels"][:, 1:]  # (B, T-1)
-    mask = labels != IGNORE
-    tok = logits.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, T-1)
+    # Labeled tokens equal input_ids (`encode_chat`), so the per-token logprobs of the ids are the labels' ones.
+    tok = token_logprobs(model, batch["input_ids"], batch["attention_mask"])  # (B, T-1)
+    mask = batch["labels"][:, 1:] != IGNORE  # (B, T-1)
     return (tok * mask).sum(-1), mask.sum(-1)  # (B,), (B,)
 
 
