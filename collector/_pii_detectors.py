@@ -97,12 +97,17 @@ _SEQUENTIAL = ("0123456789", "1234567890", "9876543210", "0987654321")
 _BARE_PHONE = re.compile(r"0[1-9][0-9]{7,10}|[2-9][0-9]{8,9}|3[0-9]{10}")
 
 
+def _trivial(digits: str) -> bool:
+    """Two distinct digits at most, or all ten in a row (0123456789, 9876543210, ...): a placeholder, not a phone."""
+    return len(set(digits)) <= 2 or any(q in digits for q in _SEQUENTIAL)
+
+
 def _phone_bare(text: str, m: re.Match[str]) -> str | None:
     """Unformatted digits: a national number with a trunk 0 (9-12 digits) or a valid NANP number,
     unless introduced as something else; any 8-12 digits when introduced as a phone number."""
     s = m.group(0)
     digits = _digits(s)
-    if any(q in digits for q in _SEQUENTIAL) or len(set(digits)) <= 2:
+    if _trivial(digits):
         return None
     ctx = context(text, m.start(), m.end(), PHONE_WORDS, strict=True)
     number = re.match(r"[0-9]+", s)  # without the extension
@@ -135,7 +140,7 @@ def _phone_shaped(text: str, m: re.Match[str]) -> str | None:
     or an id/operand (`context`)."""
     s = m.group(0)
     digits = _digits(s)
-    if not 8 <= len(digits) <= 13 or len(set(digits)) <= 2 or any(q in digits for q in _SEQUENTIAL):
+    if not 8 <= len(digits) <= 13 or _trivial(digits):
         return None
     groups = _SHAPED_SEP.split(s.strip("(+)"))
     if len(groups) == 2 and (all(_YEAR.fullmatch(g) for g in groups)  # 2019-2024, 1990 2000
@@ -143,11 +148,8 @@ def _phone_shaped(text: str, m: re.Match[str]) -> str | None:
         return None
     if _DATE_PREFIX.match(s) or _ISO_DATE.match(s):
         return None
-    if _UNIT_AFTER.match(text, m.end()) or text[max(0, m.start() - 2):m.start()].strip() in ("$", "€", "£"):
-        return None
-    if context(text, m.start(), m.end(), PHONE_WORDS, strict=False) < 0:
-        return None
-    return ("+" if s.startswith(("+", "(+")) else "") + digits
+    grouped = _phone_grouped(text, m)  # not an amount, not introduced as something else
+    return None if grouped is None else ("+" if s.startswith(("+", "(+")) else "") + grouped
 
 
 def _phone_announced(text: str, m: re.Match[str]) -> str | None:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sdk import EnvFamily, Message, Outcome, StepResult, Task, Trajectory
 
+from ._envs import with_pool_stats
+
 if TYPE_CHECKING:
     from ._base import Sandbox
     from ._pool import SandboxPool
@@ -133,10 +135,8 @@ class ArithmeticEnv:
 
     def step(self, action: str) -> StepResult:
         """Answer, format hint, or the code's output; every step carries the pool's stats (`info["sandbox_pool"]`)."""
-        result = self._step(action)
-        if self._pool is not None:  # a code step took it while it held its sandbox; the others take it now
-            result.info.setdefault("sandbox_pool", self._pool.stats().snapshot())
-        return result
+        # A code step took the snapshot while it held its sandbox; the others take it now.
+        return with_pool_stats(self._step(action), self._pool)
 
     def _step(self, action: str) -> StepResult:
         if self._task is None:

@@ -19,6 +19,7 @@ from rich.markup import escape
 canary_app = typer.Typer(help="Canary: send a share of the alias's traffic to a candidate, and let the watch promote "
                               "or drop it from live outcomes (and roll back a promotion whose live signal falls).",
                          no_args_is_help=True)
+#: The trainer CLI's stderr console (also `trainer/_cli.py`'s: it imports this module).
 console = Console(stderr=True)
 
 _GATEWAY = typer.Option(None, "--gateway", help="Gateway URL (default: looplift.toml [trainer].gateway, then "
@@ -29,6 +30,7 @@ _JSON = typer.Option(False, "--json", help="Print JSON for machines.")
 
 
 def _fail(msg: str, code: int = 1) -> NoReturn:
+    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
     console.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 

@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ._canary_cli import canary_app
+from ._canary_cli import _fail, canary_app, console
 
 app = typer.Typer(help="Post-train the served model: the retrain job, its history, the scheduler, eval suites, "
                        "the base-model builder, SFT.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
-console = Console(stderr=True)
-
-
-def _fail(msg: str, code: int = 1) -> NoReturn:
-    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
-    console.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 _NPROC = typer.Option(None, "--nproc", help="Train on N processes (one per GPU, or CPU processes with gloo): the train "
