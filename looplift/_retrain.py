@@ -59,15 +59,13 @@ def retrain_in_stack(plan: Optional[RetrainPlan], *, gateway_url: str, db_url: s
     if plan is None:
         yield None
         return
-    from server import AdminClient
     from trainer import CanaryWatch, Scheduler, job_config
 
     job = job_config(plan.config, admin_token=admin_token, eval=plan.eval_spec, gateway=gateway_url, db=db_url,
                      base_model=str(model_dir))
     scheduler = Scheduler(job, plan.schedule, plan.suite, status=lambda m: say(f"retrain: {m}"))
     thread = scheduler.start_thread()
-    watch = CanaryWatch(db_url, lambda: AdminClient(gateway_url, admin_token), app=job.app, runs_dir=job.runs_dir,
-                        config=plan.canary, status=lambda m: say(f"canary: {m}"))
+    watch = CanaryWatch.for_job(job, plan.canary, status=lambda m: say(f"canary: {m}"))
     watch_thread = watch.start_thread()
     say(f"retrain: scheduler on (cron={plan.schedule.cron} new-data={plan.schedule.new_data} "
         f"drift={plan.schedule.drift}; suite {plan.suite.name!r}; history: `trainer runs`)")

@@ -38,13 +38,16 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 from sdk import fisher_p
 
 from . import _defaults as D
 from ._interrupt import StopToken
 from ._runs import default_runs_dir, measured_success
+
+if TYPE_CHECKING:
+    from ._job import JobConfig
 from .errors import ConfigError
 
 Decision = Literal["promote", "drop", "rollback", "wait"]
@@ -192,6 +195,14 @@ class CanaryWatch:
         self.decisions: list[Verdict] = []
         self._store: Any = None
         self._last_wait = ""
+
+    @classmethod
+    def for_job(cls, job: "JobConfig", config: CanaryConfig, status: Optional[Status] = None) -> "CanaryWatch":
+        """The watch beside a retrain job: its collector database, gateway, admin token, app and run history."""
+        from ._job import _admin
+
+        return cls(job.collector_db, lambda: _admin(job), app=job.app, runs_dir=job.runs_dir, config=config,
+                   status=status)
 
     def _window(self, version: str, since: datetime) -> Any:
         if self._store is None:

@@ -118,17 +118,18 @@ def watch_cmd(
 ) -> None:
     """Decide the running canary from live outcomes, and roll back a promotion whose live signal falls."""
     from ._canary import CanaryWatch
-    from ._config import canary_config, load_config
+    from server import AdminClient
+
+    from ._config import canary_config, collector_db_url, load_config
+    from ._defaults import GATEWAY_URL
     from ._interrupt import sigterm_stops
 
     cfg = _call(lambda: load_config(config))
     settings = _call(lambda: canary_config(cfg, alpha=alpha, min_samples=min_samples, max_samples=max_samples,
                                            watch=watch, watch_min_samples=watch_min_samples,
                                            watch_tolerance=watch_tolerance, poll=poll))
-    from sdk import looplift_home
-
-    url = db or cfg.trainer.get("db") or f"sqlite:///{looplift_home() / 'collector.db'}"
-    w = CanaryWatch(url, lambda: _admin(gateway, token, config), app=app_name or cfg.trainer.get("app"),
+    gateway_url = gateway or cfg.trainer.get("gateway", GATEWAY_URL)  # resolved once, not at every poll
+    w = CanaryWatch(db or collector_db_url(cfg.trainer), lambda: AdminClient(gateway_url, token), app=app_name or cfg.trainer.get("app"),
                     runs_dir=runs_dir or (Path(cfg.trainer["runs_dir"]) if cfg.trainer.get("runs_dir") else None),
                     config=settings, status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     if once:

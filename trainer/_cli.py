@@ -312,10 +312,8 @@ def schedule_cmd(
         watch.stop()
 
 
-def _canary_watch(job: object, config: Optional[Path]) -> Any:
+def _canary_watch(job: Any, config: Optional[Path]) -> Any:
     """The canary watch (`[canary]` settings) in a thread beside the scheduler."""
-    from server import AdminClient
-
     from ._canary import CanaryWatch
     from ._config import canary_config, load_config
     from .errors import TrainerError
@@ -324,10 +322,8 @@ def _canary_watch(job: object, config: Optional[Path]) -> Any:
         settings = canary_config(load_config(config))
     except TrainerError as e:
         _fail(str(e), 2)
-    j: Any = job
-    watch = CanaryWatch(j.collector_db, lambda: AdminClient(j.gateway_url, j.admin_token), app=j.app,
-                        runs_dir=j.runs_dir, config=settings,
-                        status=lambda m: console.print(f"[dim]canary: {escape(m)}[/dim]", highlight=False))
+    watch = CanaryWatch.for_job(job, settings,
+                                status=lambda m: console.print(f"[dim]canary: {escape(m)}[/dim]", highlight=False))
     watch.start_thread()
     return watch
 

@@ -58,6 +58,7 @@ import dataclasses
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -196,6 +197,11 @@ def pick(flag: Any, config: dict[str, Any], key: str, default: Any = None) -> An
     return config.get(key, default)
 
 
+def collector_db_url(trainer: Mapping[str, Any]) -> str:
+    """`[trainer].db` (or the flag over it), else the collector's SQLite file under $LOOPLIFT_HOME."""
+    return trainer.get("db") or f"sqlite:///{looplift_home() / 'collector.db'}"
+
+
 def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flags: Any) -> "JobConfig":
     """The `JobConfig` from command-line `flags` (named like the `[trainer]` keys; None = not given), the
     file's `[trainer]`, `[gate]`, `[sft]`, `[dpo]` and `[grpo]` sections, and the defaults — in that order."""
@@ -233,7 +239,7 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         raise ConfigError(str(e)) from None
     return JobConfig(
         base_model_dir=model_dir,
-        collector_db=t.get("db") or f"sqlite:///{looplift_home() / 'collector.db'}",
+        collector_db=collector_db_url(t),
         gateway_url=t.get("gateway", D.GATEWAY_URL), admin_token=admin_token, alias=t.get("alias", D.ALIAS),
         app=t.get("app"), eval=spec, algo=t.get("algo", D.ALGO), min_reward=float(t.get("min_reward", D.MIN_REWARD)),
         min_score=None if t.get("min_score") is None else float(t["min_score"]),
