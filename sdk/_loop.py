@@ -363,6 +363,8 @@ async def arun(
     hdrs = {**({"X-Looplift-App": app} if app.isascii() and app.isprintable() else {}), **(headers or {})}
     if collector is not None:
         hdrs.setdefault(_defaults.CAPTURE_HEADER, "off")
+    if client is not None and hdrs:  # a caller's client gets them too (a copy sharing its connection pool)
+        client = client.with_options(default_headers=hdrs)
     ctx = _Ctx(client=client or (None if policy is not None else _client(base_url, api_key, timeout, hdrs)),
                policy=policy,
                model=model if policy is None else getattr(policy, "__name__", "policy"), sampling=sampling,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import time
 import sys
@@ -266,6 +267,33 @@ async def test_server_error_ends_only_that_episode() -> None:
                                 http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
     (t,) = await sdk.arun([Task(id="a", prompt="x")], EchoEnv, client=client)
     assert t.end_reason == "generation_error" and "bad conversation" in t.metadata["generation_error"]
+
+
+async def test_a_callers_client_gets_the_app_and_capture_headers_too(tmp_path: Path) -> None:
+    """`X-Looplift-App` / `X-Looplift-Capture: off` go out on a client the caller passed (the online RL loop's),
+    next to that client's own headers: else a capturing gateway stores a second, outcome-less copy of each
+    episode."""
+    sent: list[httpx.Headers] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers)
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "policy",
+                                         "choices": [{"index": 0, "finish_reason": "stop",
+                                                      "message": {"role": "assistant", "content": "done"}}]})
+
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", default_headers={"X-Mine": "1"},
+                                http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    collector = sdk.CollectorClient("http://127.0.0.1:9", spool_dir=tmp_path / "spool",
+                                    transport=httpx.MockTransport(lambda r: httpx.Response(
+                                        200, json={"accepted": 1, "duplicates": 0, "ids": []})))
+    try:
+        (t,) = await sdk.arun([Task(id="a", prompt="x")], EchoEnv, client=client, app="rl", collector=collector,
+                              headers={"X-Extra": "e"})
+    finally:
+        collector.close()
+    assert t.end_reason == "done" and len(sent) == 1
+    h = sent[0]
+    assert (h["x-looplift-app"], h["x-looplift-capture"], h["x-extra"], h["x-mine"]) == ("rl", "off", "e", "1")
 
 
 def test_suites_and_families_refuse_what_cannot_work() -> None:
