@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sandboxes import held_out_tasks, training_tasks
-from sdk import Outcome, Task, Trajectory
+from sdk import Outcome, StepResult, Task, Trajectory
 from trainer import (
     DPOConfig,
     Episode,
@@ -257,6 +257,40 @@ def test_timeline_attributes_overlapping_parts_once() -> None:
     assert sum(split.values()) == pytest.approx(snap["wall_s"], abs=5e-3)  # each part rounded to 1 ms
     assert busy["training"] > split["training"] and split["generation"] == pytest.approx(busy["generation"], abs=1e-3)
     assert 0.0 < tl.idle_fraction("generation") < 1.0
+
+
+def test_timed_env_keeps_the_environments_tools() -> None:
+    """The online loop's timing wrapper hands the SDK the environment's tools and tool steps (timed), and no
+    `step_tool` for an environment without one."""
+    from sdk._loop import _tools_of
+    from trainer._timeline import timed_env
+
+    class ToolEnv:
+        tools = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
+
+        def reset(self, task: Task) -> str:
+            return task.prompt
+
+        def step(self, action: str) -> StepResult:
+            return StepResult(observation="text", done=True)
+
+        def step_tool(self, call: Any) -> StepResult:
+            time.sleep(0.05)
+            return StepResult(observation=f"called {call}")
+
+    class PlainEnv:
+        def reset(self, task: Task) -> str:
+            return task.prompt
+
+        def step(self, action: str) -> StepResult:
+            return StepResult(observation="text", done=True)
+
+    tl = Timeline()
+    env = timed_env(ToolEnv, tl)()
+    assert _tools_of(env) == ToolEnv.tools
+    assert env.step_tool("c1").observation == "called c1"
+    assert tl.snapshot()["busy_s"]["environment"] >= 0.05
+    assert getattr(timed_env(PlainEnv, tl)(), "step_tool", None) is None
 
 
 # ---- DPO learns a preference the base model does not have ---------------------------------------

@@ -101,8 +101,20 @@ class TimedTransport(httpx.AsyncBaseTransport):
 
 
 class _TimedEnv:
+    """`env` with its reset/step/step_tool calls counted as `environment` busy; everything else it offers (its
+    `tools`, ...) passes through, and it has `step_tool` only when `env` has one (the SDK asks with getattr)."""
+
     def __init__(self, env: Any, timeline: Timeline) -> None:
         self._env, self._tl = env, timeline
+        if callable(getattr(env, "step_tool", None)):
+            self.step_tool = self._step_tool
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def _step_tool(self, call: Any) -> Any:
+        with self._tl.busy("environment"):
+            return self._env.step_tool(call)
 
     def reset(self, task: Any) -> str:
         with self._tl.busy("environment"):
