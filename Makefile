@@ -28,7 +28,7 @@ test: lint
 	$(PY) -m pytest -q -rs
 
 lint: install
-	$(VENV)/bin/ruff check sdk server collector trainer sandboxes looplift tests bench scripts examples
+	$(VENV)/bin/ruff check sdk server collector trainer sandboxes envs looplift tests bench scripts examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

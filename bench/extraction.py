@@ -32,7 +32,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import sdk  # noqa: E402
-from sandboxes._extraction import build, family, held_out_seeds, report  # noqa: E402
+from envs._extraction import build, family, held_out_seeds, report  # noqa: E402
 
 
 def main() -> None:

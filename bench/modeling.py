@@ -29,7 +29,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import sdk  # noqa: E402
-from sandboxes._modeling import family, tasks  # noqa: E402
+from envs._modeling import family, tasks  # noqa: E402
 
 
 def main() -> None:

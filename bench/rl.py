@@ -56,15 +56,8 @@ sys.path.insert(0, str(_ROOT))
 
 import sdk  # noqa: E402
 from collector import CollectorSettings, serve_in_thread  # noqa: E402
-from sandboxes import (  # noqa: E402
-    ArithmeticEnv,
-    ArithmeticVerifier,
-    arithmetic_suite,
-    detect_backend,
-    held_out_tasks,
-    make_pool,
-    training_tasks,
-)
+from envs import ArithmeticEnv, ArithmeticVerifier, arithmetic_suite, held_out_tasks, training_tasks  # noqa: E402
+from sandboxes import detect_backend, make_pool  # noqa: E402
 from sdk import EvalSuite, Task, Trajectory  # noqa: E402
 from sdk.infra import atomic_write  # noqa: E402
 from server import AdminClient, GatewaySettings, VLLMConfig, start_gateway_in_thread, start_vllm  # noqa: E402

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 
 import sdk
-from sandboxes import ArithmeticEnv, ArithmeticVerifier, make_pool, training_tasks
+from envs import ArithmeticEnv, ArithmeticVerifier, training_tasks
+from sandboxes import make_pool
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ import contextlib
 from typing import Any
 
 import sdk
-from sandboxes import env_families
+from envs import env_families
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sdk
-from sandboxes import env_families
+from envs import env_families
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from collections import Counter
 from typing import Any
 
 import sdk
-from sandboxes import env_families
+from envs import env_families
 
 
 class _TextOnly:

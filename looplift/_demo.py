@@ -6,8 +6,8 @@
     --algo grpo: cycle k spends its rollout budget on online GRPO updates (`trainer.run_cycle`), each a
              new adapter version the next rollouts use, then the same gate and publish
 
-The gate runs on the demo task's eval suite, `sandboxes.arithmetic_suite` (held-out problems, the
-suite's budget and sampling), exactly as `trainer run --eval sandboxes:arithmetic_suite` would; every
+The gate runs on the demo task's eval suite, `envs.arithmetic_suite` (held-out problems, the
+suite's budget and sampling), exactly as `trainer run --eval envs:arithmetic_suite` would; every
 cycle's record carries the gate's figures (discordant pairs, p-value).
 
 The stack (vLLM, gateway, collector) is started in this process on free loopback ports with its own
@@ -198,7 +198,7 @@ class _Loop:
     canary_failed: int = 0
 
     def run(self) -> None:
-        from sandboxes import arithmetic_suite
+        from envs import arithmetic_suite
 
         cfg, progress = self.config, self.progress
         suite = arithmetic_suite(cfg.held_out, pool=self.pool)
@@ -216,7 +216,7 @@ class _Loop:
     def _online(self, suite: Any) -> Any:
         """GRPO: one learner for the whole run (RL continues its policy; the gate decides what serves), its
         pass-rate estimates kept in the state directory."""
-        from sandboxes import training_tasks
+        from envs import training_tasks
         from server import AdminClient
         from trainer import GRPOLearner, OnlineGRPO, PassRateSampler
 
@@ -229,13 +229,13 @@ class _Loop:
             version=self._serving(), config=cfg.online, collector=self.client)
 
     def _cycle(self, cycle: int, suite: Any, online: Any = None) -> CycleRecord:
-        from sandboxes import training_tasks
+        from envs import training_tasks
         from trainer import run_cycle
 
         cfg, progress = self.config, self.progress
         t0 = time.monotonic()
         job_config = JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
-                               admin_token=self.admin_token, app="demo", eval="sandboxes:arithmetic_suite",
+                               admin_token=self.admin_token, app="demo", eval="envs:arithmetic_suite",
                                eval_concurrency=cfg.concurrency, sft=cfg.sft, algo=cfg.algo, grpo=cfg.grpo,
                                runs_dir=self.state / "runs")
         canary = _Canary(self.gateway_url, "policy")

@@ -38,7 +38,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _families() -> dict[str, Callable[[], Any]]:
     try:
-        from sandboxes import env_families
+        from envs import env_families
     except ImportError as e:
         raise _fail(f"task families need the [sandboxes] extra ({e}); `pip install 'looplift[sandboxes]'`") from None
     return env_families()
@@ -122,7 +122,7 @@ def try_cmd(
     if sandbox not in (None, "docker", "local"):
         raise _fail(f"--sandbox must be docker or local, not {sandbox!r}")
     if sandbox:
-        os.environ["LOOPLIFT_SANDBOX"] = sandbox  # read by the families' pools (sandboxes._factory.family_backend)
+        os.environ["LOOPLIFT_SANDBOX"] = sandbox  # read by the families' pools (envs.BACKEND_ENV)
     os.environ.setdefault("LOOPLIFT_SANDBOX_POOL", str(concurrency))  # a sandbox for each concurrent episode
     import sdk
 

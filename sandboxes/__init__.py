@@ -9,8 +9,9 @@ by capacity (`EnginePlacer`, `EngineSpec`, `$LOOPLIFT_SANDBOX_ENGINES`). `make_s
 backend with `detect_backend`. Whatever the code does comes back as an `ExecResult`; only failures
 of the machinery raise (`sandboxes.errors`).
 
-Task families (`env_families()`: name -> lazy loader of an `sdk.EnvFamily`) live in private
-sub-packages, e.g. `_extraction` (financial reports read through tools).
+Task families (arithmetic, coding, extraction, modeling) are not here: they live one layer up, in
+`envs`, on top of this package's public API. `defaults` holds the package's default values (image tags,
+limits, pool size) for the layers above.
 
 `import sandboxes` needs neither docker-py nor an engine; the Docker backend imports docker when a
 DockerSandbox is made.
@@ -18,14 +19,11 @@ DockerSandbox is made.
 
 from __future__ import annotations
 
-from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, demonstration, held_out_tasks, training_tasks
-from ._arithmetic_suite import arithmetic_suite
+from . import _defaults as defaults
 from ._base import ExecResult, OutputCallback, Sandbox
 from ._config import SandboxConfig
 from ._docker import DockerSandbox, reap_orphans
 from ._engines import EnginePlacer, EngineSpec
-from ._envs import CodeEnv, ShellEnv
-from ._families import build_coding_tasks, env_families
 from ._factory import BackendChoice, choose_backend, detect_backend, make_pool, make_sandbox
 from ._image import build_image
 from ._local import LIMITATIONS as LOCAL_LIMITATIONS
@@ -44,15 +42,8 @@ from .errors import (
 )
 
 __all__ = [
-    "ArithmeticEnv",
-    "ArithmeticVerifier",
-    "arithmetic_suite",
-    "demonstration",
-    "held_out_tasks",
-    "training_tasks",
     "LOCAL_LIMITATIONS",
     "BackendChoice",
-    "CodeEnv",
     "DockerSandbox",
     "EnginePlacer",
     "EngineSpec",
@@ -72,12 +63,10 @@ __all__ = [
     "SandboxFileError",
     "SandboxPool",
     "SandboxStartError",
-    "ShellEnv",
-    "build_coding_tasks",
     "build_image",
+    "defaults",
     "choose_backend",
     "detect_backend",
-    "env_families",
     "make_pool",
     "make_sandbox",
     "reap_orphans",

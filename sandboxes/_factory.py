@@ -7,8 +7,6 @@ error that says what is missing. This module holds no isolation logic of its own
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,14 +19,9 @@ from ._local import LocalSandbox
 from ._pool import SandboxPool
 from .errors import EngineUnavailableError
 
-__all__ = ["BACKENDS", "BackendChoice", "choose_backend", "detect_backend", "family_backend", "family_pool_size",
-           "make_pool", "make_sandbox"]
+__all__ = ["BACKENDS", "BackendChoice", "choose_backend", "detect_backend", "make_pool", "make_sandbox"]
 
 BACKENDS = ("docker", "local")
-#: Environment variables task families read when not told: the backend (`looplift env try --sandbox`) and
-#: their pools' size (`looplift env try --concurrency`).
-BACKEND_ENV = "LOOPLIFT_SANDBOX"
-POOL_SIZE_ENV = "LOOPLIFT_SANDBOX_POOL"
 
 
 @dataclass(frozen=True)
@@ -70,24 +63,6 @@ def detect_backend(prefer: str | None = None, image: str = _defaults.IMAGE) -> s
     `EngineUnavailableError`/`ImageNotFoundError` (with the fix) instead of falling back.
     """
     return choose_backend(prefer, image).backend
-
-
-def family_backend(backend: str | None) -> str | None:
-    """The backend a task family's pools use: `backend` if given, else `$LOOPLIFT_SANDBOX`, else None (detect)."""
-    return backend or os.environ.get(BACKEND_ENV) or None
-
-
-def family_pool_size(size: int | None) -> int:
-    """How many sandboxes a task family's episode pool holds: `size` if given, else `$LOOPLIFT_SANDBOX_POOL`,
-    else the package default. Episodes beyond it wait for a sandbox."""
-    raw = size if size is not None else os.environ.get(POOL_SIZE_ENV) or _defaults.POOL_SIZE
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"${POOL_SIZE_ENV} must be a whole number of sandboxes, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"a sandbox pool needs at least 1 sandbox, got {value}")
-    return value
 
 
 def make_sandbox(backend: str | None = None, config: SandboxConfig | None = None) -> Sandbox:
@@ -132,33 +107,3 @@ def make_pool(
     if name == "local":
         return SandboxPool(lambda: LocalSandbox(config), size)
     raise ValueError(f"unknown sandbox backend {backend!r}; use one of: auto, {', '.join(BACKENDS)}")
-
-
-class FamilyPools:
-    """A task family's two sandbox pools -- one for its episodes, the verifier's own (at most 2), so a verifier
-    never waits for a sandbox an episode holds -- started on first `get()`: loading a family starts nothing."""
-
-    def __init__(self, backend: str | None, size: int, config: SandboxConfig) -> None:
-        self.backend, self.size, self.config = backend, size, config
-        self._lock = threading.Lock()
-        self._pools: tuple[SandboxPool, SandboxPool] | None = None
-
-    def get(self) -> tuple[SandboxPool, SandboxPool]:
-        """(episodes, verifier), started now if they are not yet."""
-        with self._lock:
-            if self._pools is None:
-                episodes = make_pool(self.backend, self.config, size=self.size)
-                try:
-                    verifier = make_pool(self.backend, self.config, size=max(1, min(self.size, 2)))
-                except BaseException:
-                    episodes.close()
-                    raise
-                self._pools = (episodes, verifier)
-            return self._pools
-
-    def close(self) -> None:
-        """Close both pools (their sandboxes are removed); a later `get()` starts new ones."""
-        with self._lock:
-            pools, self._pools = self._pools, None
-        for pool in pools or ():
-            pool.close()

@@ -12,7 +12,7 @@ Debian libraries Blender links against added to debootstrap's list, then Blender
 (and the numpy it imports) installed into the image's python3 by the host's pip, from binary wheels
 only (`pip install --target --platform … --no-deps`): the wheels come from the package index at build
 time, nothing is fetched when a sandbox runs. No registry image can stand in for it, so it never pulls.
-Measured here (2 cores): ~2 minutes, ~1.2 GB (see sandboxes/_modeling/__init__.py for the numbers).
+Measured here (2 cores): ~2 minutes, ~1.2 GB (see envs/_modeling/__init__.py for the numbers).
 
 Deliberately not done here: installing debootstrap or Docker (scripts/setup_docker.sh does), multi-arch
 builds, pushing anywhere, layering the 3D image on the base one (`docker import` makes one layer; a

@@ -1,4 +1,4 @@
-"""Build (generate and verify) the coding family's task manifest, sandboxes/_coding/tasks.json.
+"""Build (generate and verify) the coding family's task manifest, envs/_coding/tasks.json.
 
     python scripts/build_coding_tasks.py [--per-pair 2] [--workers 2] [--backend local|docker]
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.progress import Progress
 
-from sandboxes import build_coding_tasks
+from envs import build_coding_tasks
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import LocalSandbox
-from sandboxes._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, parse_answer
+from envs._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks, parse_answer
 from sdk import Message, Task, Trajectory
 
 

@@ -23,13 +23,13 @@ import pytest
 
 import sdk
 from sandboxes import EnvSnapshot, Sandbox, SandboxConfig, make_pool, make_sandbox
-from sandboxes._coding import CodingEnv, family
-from sandboxes._coding._bugs import INJECTORS, inject, sites
-from sandboxes._coding._hidden import run_hidden
-from sandboxes._coding._humaneval import load_problems, visible_asserts
-from sandboxes._coding._policies import POLICIES
-from sandboxes._coding._tasks import load_manifest, tasks
-from sandboxes._coding._verify import IntegrityCheck, final_state, import_time_problems
+from envs._coding import CodingEnv, family
+from envs._coding._bugs import INJECTORS, inject, sites
+from envs._coding._hidden import run_hidden
+from envs._coding._humaneval import load_problems, visible_asserts
+from envs._coding._policies import POLICIES
+from envs._coding._tasks import load_manifest, tasks
+from envs._coding._verify import IntegrityCheck, final_state, import_time_problems
 from sdk import Message, Task, ToolCall, ToolCallFunction, Trajectory
 from _backends import BACKENDS
 
@@ -103,7 +103,7 @@ def test_every_site_of_the_first_problems_has_an_exact_fix() -> None:
 
 
 def test_build_step_keeps_only_bugs_the_tests_catch() -> None:
-    from sandboxes._coding._build import build_manifest
+    from envs._coding._build import build_manifest
 
     m = build_manifest(limit=3, workers=1, per_pair=1)
     assert m["counts"]["problems"] == 3 and m["counts"].get("problems_failing_canonical", 0) == 0
@@ -348,8 +348,8 @@ def test_every_cheat_scores_zero(fam: Any, cheat: str) -> None:
 CHILD = r"""
 import json, os, signal, sys
 from sandboxes import make_sandbox, SandboxConfig
-from sandboxes._coding import CodingEnv, tasks
-from sandboxes._coding._policies import POLICIES
+from envs._coding import CodingEnv, tasks
+from envs._coding._policies import POLICIES
 from sdk import Message
 backend, task_id, ckpt = sys.argv[1], sys.argv[2], sys.argv[3]
 task = next(t for t in tasks("held_out") if t.id == task_id)

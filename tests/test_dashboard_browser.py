@@ -19,7 +19,8 @@ from _chromium import Chromium, chromium_path, png_stats
 
 import sdk
 from collector import CollectorSettings, serve_in_thread
-from sandboxes import ArithmeticEnv, ArithmeticVerifier, make_pool, training_tasks
+from envs import ArithmeticEnv, ArithmeticVerifier, training_tasks
+from sandboxes import make_pool
 from server import AdminClient, GatewaySettings, start_gateway_in_thread
 from trainer import JobConfig, JobContext, TrainData, Trained, TrainStep, prompt_suite, run_job
 from trainer._steps import SFT_STEP

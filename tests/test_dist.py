@@ -110,7 +110,7 @@ def test_the_retrain_job_on_two_processes_trains_what_one_process_trains(
 def test_trainer_sft_nproc_2_fsdp_trains_what_one_process_trains(tiny_model: Path, tmp_path: Path) -> None:
     import random
 
-    from sandboxes import demonstration, training_tasks
+    from envs import demonstration, training_tasks
 
     data = tmp_path / "sft.jsonl"
     rng = random.Random(1)

@@ -106,7 +106,7 @@ def test_up_serves_the_example_and_the_collector(home: Path) -> None:
         # `trainer run` against the running stack: one job, then the same job again is a no-op.
         def trainer_run() -> dict:
             p = subprocess.run([str(BIN / "trainer"), "run", "--gateway", f"http://127.0.0.1:{gw}",
-                                "--eval", "sandboxes:arithmetic_suite", "--min-reward", "0", "--min-examples", "1",
+                                "--eval", "envs:arithmetic_suite", "--min-reward", "0", "--min-examples", "1",
                                 "--json"],
                                env=_env(home), capture_output=True, text=True, timeout=600)
             assert p.returncode == 0, p.stderr[-3000:]

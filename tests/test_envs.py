@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes import EnvSnapshot, LocalSandbox, Sandbox, SandboxConfig, SandboxPool, make_sandbox
-from sandboxes._envs import CodeEnv, ShellEnv, parse_file_blocks, parse_test_output
+from envs._envs import CodeEnv, ShellEnv, parse_file_blocks, parse_test_output
 from sdk import Environment, Task
 from _backends import BACKENDS
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 import sdk
-from sandboxes import env_families
-from sandboxes._extraction import ExtractionEnv, build, family, grade, held_out_seeds, report, tasks
-from sandboxes._extraction._pdf import render
-from sandboxes._extraction._store import cache_root
-from sandboxes._extraction._tools import parse_text_action
-from sandboxes._extraction._verify import MAX_ANSWER_BYTES
+from envs import env_families
+from envs._extraction import ExtractionEnv, build, family, grade, held_out_seeds, report, tasks
+from envs._extraction._pdf import render
+from envs._extraction._store import cache_root
+from envs._extraction._tools import parse_text_action
+from envs._extraction._verify import MAX_ANSWER_BYTES
 
 SAMPLE = 4  # held-out reports the policy tests run on
 
@@ -245,7 +245,7 @@ def test_feedback_never_prints_an_expected_value(planted) -> None:  # type: igno
     ("x" * (MAX_ANSWER_BYTES + 1), "the limit is 16,000"),
 ])
 def test_schema_violations_score_zero_and_say_why(planted, answer: object, needle: str) -> None:  # type: ignore[no-untyped-def]
-    from sandboxes._extraction._verify import grade_payload
+    from envs._extraction._verify import grade_payload
 
     r, a, y, _ = planted
     if isinstance(answer, dict) and "revenue_fy0" not in answer:

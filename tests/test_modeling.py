@@ -18,14 +18,15 @@ import numpy as np
 import pytest
 
 import sdk
-from sandboxes import choose_backend, env_families
-from sandboxes._modeling import CONFIG, KINDS, ModelingEnv, family, make_part, tasks
-from sandboxes._modeling._blender import run_step, trusted_export
-from sandboxes._modeling._env import code_of_action, code_of_call
-from sandboxes._modeling._mesh import MeshError, Spec, check_model, first_break, load_ply
-from sandboxes._modeling._policies import POLICIES
-from sandboxes._modeling._rules import refusal
-from sandboxes._modeling._tasks import task
+from envs import env_families
+from sandboxes import choose_backend
+from envs._modeling import CONFIG, KINDS, ModelingEnv, family, make_part, tasks
+from envs._modeling._blender import run_step, trusted_export
+from envs._modeling._env import code_of_action, code_of_call
+from envs._modeling._mesh import MeshError, Spec, check_model, first_break, load_ply
+from envs._modeling._policies import POLICIES
+from envs._modeling._rules import refusal
+from envs._modeling._tasks import task
 
 trimesh = pytest.importorskip("trimesh")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from sandboxes import held_out_tasks, training_tasks
+from envs import held_out_tasks, training_tasks
 from sdk import Outcome, StepResult, Task, Trajectory
 from trainer import (
     DPOConfig,

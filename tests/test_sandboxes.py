@@ -537,7 +537,7 @@ def test_docker_pool_stats_reach_each_steps_info() -> None:
     import docker
 
     from sdk import Task
-    from sandboxes import ArithmeticEnv, ShellEnv
+    from envs import ArithmeticEnv, ShellEnv
 
     engine = docker.from_env()
     with make_pool("docker", FAST, size=2) as pool:
@@ -569,7 +569,7 @@ def test_docker_pool_stats_reach_each_steps_info() -> None:
 
 def test_every_arithmetic_step_on_a_pool_carries_its_stats() -> None:
     from sdk import Task
-    from sandboxes import ArithmeticEnv
+    from envs import ArithmeticEnv
 
     with make_pool("local", FAST, size=2) as pool:
         env = ArithmeticEnv(pool=pool)

@@ -165,7 +165,7 @@ def test_sigterm_mid_job_records_an_interrupted_run(tmp_path: Path, db_url: str)
 def test_a_bad_cron_is_one_line_before_anything_starts(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")} | {"LOOPLIFT_HOME": str(tmp_path)}
     for cmd in (["looplift", "up", "--retrain", "every night"],
-                ["trainer", "schedule", "--cron", "every night", "--eval", "sandboxes:arithmetic_suite"]):
+                ["trainer", "schedule", "--cron", "every night", "--eval", "envs:arithmetic_suite"]):
         p = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], env=env, cwd=tmp_path, capture_output=True, text=True,
                            timeout=120)
         assert p.returncode == 2, p.stderr

@@ -32,15 +32,15 @@ def _score(suite: sdk.EvalSuite, replies: dict[str, list[str]]) -> dict[str, boo
 
 # ---- loading ---------------------------------------------------------------------------------------
 def test_the_demo_suite_loads_by_import_path_and_carries_its_budget() -> None:
-    suite = load_suite("sandboxes:arithmetic_suite")
+    suite = load_suite("envs:arithmetic_suite")
     assert len(suite.tasks) == 100 and suite.budget.max_steps == 4 and suite.sampling.max_tokens == 64
     assert all(t.id.startswith("arith:") for t in suite.tasks)
 
 
 @pytest.mark.parametrize(("spec", "message"), [
     ("nosuchpkg.evals:suite", "cannot import module 'nosuchpkg.evals'"),
-    ("sandboxes:nosuch", "module 'sandboxes' has no attribute 'nosuch'"),
-    ("sandboxes:held_out_tasks", "is a list, not an sdk.EvalSuite"),
+    ("envs:nosuch", "module 'envs' has no attribute 'nosuch'"),
+    ("envs:held_out_tasks", "is a list, not an sdk.EvalSuite"),
     ("sandboxes", "is not an import path; write it as PKG.MODULE:ATTR"),
     ("missing-suite.jsonl", "no such file"),
     ("", "no eval suite given"),

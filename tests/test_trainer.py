@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from sandboxes._arithmetic import demonstration, held_out_tasks, training_tasks
+from envs._arithmetic import demonstration, held_out_tasks, training_tasks
 from trainer._base_model import BaseModelConfig, _tokenizer_corpus, build_base_model
 from trainer._data import IGNORE, encode_chat
 from trainer._tokenizer import build_tokenizer

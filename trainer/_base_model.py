@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from sandboxes import demonstration, training_tasks
+from envs import demonstration, training_tasks
 from sdk import looplift_home
 from sdk.infra import atomic_dir
 

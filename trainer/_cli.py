@@ -113,7 +113,7 @@ def _train_sft(data: Path, base_model: Path, out: Path, config: object, strategy
 _CONFIG = typer.Option(None, "--config", help="looplift.toml to read (default: ./looplift.toml, then "
                                               "$LOOPLIFT_HOME/looplift.toml).")
 _EVAL = typer.Option(None, "--eval", help="Eval suite the gate runs: PKG.MODULE:ATTR (an sdk.EvalSuite or a function "
-                                          "returning one) or a prompt-suite .jsonl. The demo's: sandboxes:arithmetic_suite.")
+                                          "returning one) or a prompt-suite .jsonl. The demo's: envs:arithmetic_suite.")
 _ALGO = typer.Option(None, "--algo", help="Training algorithm: sft | dpo | grpo, or PKG.MODULE:ATTR naming a TrainStep.")
 _BASE = typer.Option(None, "--base-model", help="Base model the server serves (default: the cached tiny model).")
 _DB = typer.Option(None, "--db", help="Collector DB URL (default sqlite:///$LOOPLIFT_HOME/collector.db).")

@@ -4,7 +4,7 @@ Two forms:
 
 - `PKG.MODULE:ATTR`: an `sdk.EvalSuite`, or a zero-argument callable returning one (so a suite can
   start what it needs, e.g. a sandbox pool, only when a job uses it). The demo's is
-  `sandboxes:arithmetic_suite`.
+  `envs:arithmetic_suite`.
 - a path to a prompt-suite JSONL file (`*.jsonl`, e.g. from `trainer suite from-holdout`): scripted
   prompts with a checker, for apps without a Python environment (`_prompt_suite`).
 
@@ -23,7 +23,7 @@ from sdk import EvalSuite
 from .errors import SuiteError
 
 NO_SUITE_HINT = ("pass --eval PKG.MODULE:ATTR (an sdk.EvalSuite or a function returning one) or --eval SUITE.jsonl, "
-                 "or set `eval` under [trainer] in looplift.toml; the demo task's suite is `sandboxes:arithmetic_suite`")
+                 "or set `eval` under [trainer] in looplift.toml; the demo task's suite is `envs:arithmetic_suite`")
 
 
 def is_suite_file(spec: str) -> bool:

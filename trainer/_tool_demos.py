@@ -25,7 +25,7 @@ import json
 import random
 from typing import Any
 
-from sandboxes import demonstration
+from envs import demonstration
 from sdk import Task
 
 CALC_TOOL: dict[str, Any] = {"type": "function", "function": {

@@ -31,8 +31,7 @@ from typing import Any, Optional
 
 from sdk import Outcome, Task, Trajectory
 
-from .._base import Sandbox
-from .._pool import SandboxPool
+from sandboxes import Sandbox, SandboxPool
 from ._blender import STATE, Export, read_state, run_step, trusted_export
 from ._env import MAX_CODE_CHARS, code_of_action, code_of_call
 from ._mesh import Check, Spec, check_model, first_break, score

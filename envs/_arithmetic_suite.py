@@ -1,7 +1,7 @@
-"""The demo task's eval suite: `sandboxes.arithmetic_suite(n)`, what `looplift demo` gates on.
+"""The demo task's eval suite, `envs.arithmetic_suite(n)`, what `looplift demo` gates on, and the task as a family.
 
 It is an ordinary `sdk.EvalSuite` — nothing in the trainer knows about arithmetic — passed as
-`--eval sandboxes:arithmetic_suite` (a zero-argument call gives the 100-task held-out set). The
+`--eval envs:arithmetic_suite` (a zero-argument call gives the 100-task held-out set). The
 environment needs sandboxes: give it a `pool`, or it starts its own on the first episode (Docker when
 an engine answers, else local) and closes it at interpreter exit or on `suite.env_factory.close()`.
 """
@@ -12,12 +12,14 @@ import atexit
 import threading
 from typing import TYPE_CHECKING, Optional
 
-from sdk import Budget, EvalSuite, Sampling
+from sandboxes import make_pool
+from sdk import Budget, EnvFamily, EvalSuite, Sampling, Task
 
-from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, held_out_tasks
+from ._arithmetic import ARITHMETIC_POLICIES, ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
+from ._pools import family_backend, family_pool_size
 
 if TYPE_CHECKING:
-    from ._pool import SandboxPool
+    from sandboxes import SandboxPool
 
 #: The demo's budget and sampling: code, read the output, answer (4 turns); short replies.
 BUDGET = Budget(max_steps=4)
@@ -35,8 +37,6 @@ class _PooledEnvs:
     def __call__(self) -> ArithmeticEnv:
         with self._lock:
             if self._pool is None:
-                from ._factory import family_pool_size, make_pool
-
                 self._pool = make_pool(self._backend, size=family_pool_size(self._size))
                 atexit.register(self.close)
         return ArithmeticEnv(pool=self._pool)
@@ -54,3 +54,24 @@ def arithmetic_suite(n: int = 100, *, pool: "Optional[SandboxPool]" = None,
     """The demo task's first `n` held-out problems (never trained on) as an eval suite."""
     return EvalSuite(name=f"arithmetic-held-out-{n}", tasks=held_out_tasks(n), env_factory=_PooledEnvs(pool, backend),
                      verifier=ArithmeticVerifier(), budget=BUDGET, sampling=SAMPLING)
+
+
+def _tasks(split: str, n: Optional[int], seed: int) -> list[Task]:
+    if split == "held_out":  # the fixed 100 (training excludes exactly these)
+        return held_out_tasks(100 if n is None else min(n, 100))
+    if split == "train":
+        return training_tasks(1000 if n is None else n, seed)
+    raise ValueError(f"unknown split {split!r}; use one of: train, held_out")
+
+
+def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None) -> EnvFamily:
+    """The demo task as an `sdk.EnvFamily` (the demo's eval suite's budget, sampling and sandbox pool, made on
+    first use; `backend` and `pool_size` default to `$LOOPLIFT_SANDBOX` / `$LOOPLIFT_SANDBOX_POOL`, then
+    detection and 2)."""
+    factory = _PooledEnvs(None, family_backend(backend), pool_size)
+    return EnvFamily(
+        name="arithmetic",
+        description="Compute an integer expression by writing Python, reading the output, and answering 'Answer: N'.",
+        tasks=_tasks, env_factory=factory, verifier=ArithmeticVerifier(), policies=dict(ARITHMETIC_POLICIES),
+        budget=BUDGET, sampling=SAMPLING, close=factory.close,
+    )

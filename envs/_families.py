@@ -1,5 +1,5 @@
 """The task families this package ships, by name: `looplift env list` / `env try`, eval suites and
-bench/envs.py read it.
+bench/families.py read it.
 
 Each entry is a zero-argument loader, so listing the families imports none of them, and loading one
 imports only its module: a family whose optional dependencies are missing (reportlab and pdfplumber
@@ -24,10 +24,10 @@ __all__ = ["build_coding_tasks", "env_families"]
 
 #: family name -> "module:callable" (the callable takes no arguments and returns an `EnvFamily`).
 _FAMILIES: dict[str, str] = {
-    "arithmetic": "sandboxes._arithmetic:family",
-    "coding": "sandboxes._coding:family",
-    "extraction": "sandboxes._extraction:family",
-    "modeling": "sandboxes._modeling:family",
+    "arithmetic": "envs._arithmetic_suite:family",
+    "coding": "envs._coding:family",
+    "extraction": "envs._extraction:family",
+    "modeling": "envs._modeling:family",
 }
 
 

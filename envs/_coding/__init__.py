@@ -19,8 +19,8 @@ from typing import Any, Optional
 from sdk import Budget, EnvFamily, Gated, Outcome, Task, Trajectory
 from sdk.infra import atomic_write_json
 
-from .._config import SandboxConfig
-from .._factory import FamilyPools, family_backend, family_pool_size
+from sandboxes import SandboxConfig
+from .._pools import FamilyPools, family_backend, family_pool_size
 from ._build import build_manifest
 from ._env import TOOLS, CodingEnv
 from ._policies import POLICIES

@@ -28,9 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from .._base import Sandbox
-from .._config import SandboxConfig
-from .._factory import make_sandbox
+from sandboxes import Sandbox, SandboxConfig, make_sandbox
 from ._bugs import INJECTORS, inject, sites
 from ._env import SOLUTION, VISIBLE_TESTS, sha256
 from ._hidden import run_hidden

@@ -35,7 +35,7 @@ assistant answers without calling a tool. No step carries a reward (the verifier
 step's `info` records the workdir's files (path -> sha256) and, when it changed, the text of
 `solution.py`, which is what the verifier judges: the final state travels with the trajectory.
 
-`snapshot()`/`restore()` save and resume an episode's sandbox state (see `sandboxes._snapshot`).
+`snapshot()`/`restore()` save and resume an episode's sandbox state (see `sandboxes.EnvSnapshot`).
 """
 
 from __future__ import annotations
@@ -48,8 +48,7 @@ from typing import Any, Optional
 from sdk import StepResult, Task
 
 from .._envs import SandboxSource, ShellEnv, _clip, _Lease, _safe_path, parse_file_blocks
-from .._snapshot import EnvSnapshot
-from ..errors import SandboxError
+from sandboxes import EnvSnapshot, SandboxError
 
 __all__ = ["CodingEnv", "TOOLS", "workdir_files"]
 
@@ -133,7 +132,7 @@ def workdir_files(task: Task) -> dict[str, str]:
 class CodingEnv:
     """`sdk.Environment` with tools for one repair task; see the module docstring for the actions.
 
-    `source` is where sandboxes come from (a `SandboxPool` for many episodes; see `sandboxes._envs`).
+    `source` is where sandboxes come from (a `SandboxPool` for many episodes; see `envs._envs`).
     `use_tools=False` offers no tools (`tools` is empty), for models that have not learned tool calls:
     they act through the plain-text actions only.
     """

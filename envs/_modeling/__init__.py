@@ -57,9 +57,9 @@ from typing import Optional
 
 from sdk import Budget, EnvFamily
 
-from .. import _defaults
-from .._config import SandboxConfig
-from .._factory import FamilyPools, family_backend, family_pool_size
+from sandboxes import defaults as _defaults
+from sandboxes import SandboxConfig
+from .._pools import FamilyPools, family_backend, family_pool_size
 from ._blender import blender_python
 from ._env import TOOLS, ModelingEnv
 from ._kinds import KINDS, make_part

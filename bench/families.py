@@ -39,7 +39,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import sdk  # noqa: E402
-from sandboxes import choose_backend, env_families  # noqa: E402
+from envs import env_families  # noqa: E402
+from sandboxes import choose_backend  # noqa: E402
 from sdk.infra import atomic_write_json  # noqa: E402
 
 PARALLEL = (1, 8)

@@ -28,10 +28,7 @@ from typing import Any, Optional, Union
 
 from sdk import StepResult, Task
 
-from ._base import ExecResult, Sandbox
-from ._pool import SandboxPool
-from ._snapshot import EnvSnapshot
-from .errors import SandboxError
+from sandboxes import EnvSnapshot, ExecResult, Sandbox, SandboxError, SandboxPool
 
 __all__ = ["CodeEnv", "SandboxSource", "ShellEnv", "TestReport", "parse_file_blocks", "parse_test_output",
            "with_pool_stats"]

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import _defaults
-from .._base import ExecResult, Sandbox
-from ..errors import SandboxFileError
+from sandboxes import defaults as _defaults
+from sandboxes import ExecResult, Sandbox, SandboxFileError
 from ._mesh import MeshError, load_ply
 
 __all__ = ["Export", "StepRun", "blender_python", "read_state", "run_step", "trusted_export"]

@@ -35,7 +35,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._base import Sandbox
+from sandboxes import Sandbox
 
 __all__ = ["HiddenResult", "run_hidden"]
 

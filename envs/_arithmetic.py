@@ -20,13 +20,12 @@ import random
 import re
 from typing import TYPE_CHECKING, Any, Optional
 
-from sdk import EnvFamily, Message, Outcome, StepResult, Task, Trajectory
+from sdk import Message, Outcome, StepResult, Task, Trajectory
 
 from ._envs import with_pool_stats
 
 if TYPE_CHECKING:
-    from ._base import Sandbox
-    from ._pool import SandboxPool
+    from sandboxes import Sandbox, SandboxPool
 
 HELD_OUT_SEED = 1_000_003
 _OPS = ("+", "-", "*")
@@ -213,27 +212,3 @@ ARITHMETIC_POLICIES = {"oracle": _oracle, "noop": _noop, "cheat-expression": _ch
                        "cheat-shotgun": _cheat_shotgun, "cheat-echo": _cheat_echo}
 for _name, _policy in ARITHMETIC_POLICIES.items():
     _policy.__name__ = _policy.__qualname__ = _name  # recorded as the trajectory's model
-
-
-def _tasks(split: str, n: Optional[int], seed: int) -> list[Task]:
-    if split == "held_out":  # the fixed 100 (training excludes exactly these)
-        return held_out_tasks(100 if n is None else min(n, 100))
-    if split == "train":
-        return training_tasks(1000 if n is None else n, seed)
-    raise ValueError(f"unknown split {split!r}; use one of: train, held_out")
-
-
-def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None) -> EnvFamily:
-    """The demo task as an `sdk.EnvFamily` (the demo's eval suite's budget, sampling and sandbox pool, made on
-    first use; `backend` and `pool_size` default to `$LOOPLIFT_SANDBOX` / `$LOOPLIFT_SANDBOX_POOL`, then
-    detection and 2)."""
-    from ._arithmetic_suite import BUDGET, SAMPLING, _PooledEnvs
-    from ._factory import family_backend
-
-    envs = _PooledEnvs(None, family_backend(backend), pool_size)
-    return EnvFamily(
-        name="arithmetic",
-        description="Compute an integer expression by writing Python, reading the output, and answering 'Answer: N'.",
-        tasks=_tasks, env_factory=envs, verifier=ArithmeticVerifier(), policies=dict(ARITHMETIC_POLICIES),
-        budget=BUDGET, sampling=SAMPLING, close=envs.close,
-    )
