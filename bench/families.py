@@ -1,6 +1,6 @@
 """Task-family benchmark: episodes per second with the oracle, 1 and 8 at a time, and where the time goes.
 
-Run: `.venv/bin/python bench/envs.py [--episodes 24] [--sandbox docker|local|both] [--json-out bench/results/envs.json]`
+Run: `.venv/bin/python bench/families.py [--episodes 24] [--sandbox docker|local|both] [--json-out bench/results/envs.json]`
 (on a shared machine under `flock /tmp/looplift-heavy.lock`).
 
 For every family in `sandboxes.env_families()` (arithmetic, coding, and the others once they are in

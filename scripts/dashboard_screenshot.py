@@ -42,7 +42,7 @@ def main() -> None:
             if serving != "policy-v0":
                 admin.rollback()
                 admin.promote(serving)
-        # `looplift status` on the running stack, as an operator would run it (printed for the README).
+        # `looplift status` on the running stack, as an operator would run it (printed for docs/observe.md).
         import subprocess
 
         cmd = [sys.executable, "-m", "looplift", "status", "--gateway", stack["gateway"], "--collector", stack["collector"],
