@@ -50,14 +50,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sdk import Trajectory
+from sdk import Trajectory, wire
 
 from . import _pii_scan, _pseudonyms
 from ._defaults import ENV_PSEUDONYM_KEY
 from ._pseudonyms import MODES
 
-#: Metadata key set on a trajectory whose token ids/logprobs were dropped by the anonymizer.
-TOKEN_IDS_REDACTED_KEY = "looplift_token_ids_redacted"
 #: File under `$LOOPLIFT_HOME` holding that key when the variable is unset (created 0600 on first use).
 PSEUDONYM_KEY_FILE = "collector_pseudonym.key"
 
@@ -280,7 +278,7 @@ class Anonymizer:
             {**t, "prompt_token_ids": None, "completion_token_ids": None, "completion_logprobs": None}
             for t in data.get("turns", [])
         ]
-        data["metadata"][TOKEN_IDS_REDACTED_KEY] = True
+        data["metadata"][wire.TOKEN_IDS_REDACTED_KEY] = True
         return Trajectory.model_validate(data), found
 
     # -- walking -----------------------------------------------------------------------------

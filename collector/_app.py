@@ -9,6 +9,11 @@ crash before it leaves none of the batch. A batch over the cap is refused whole:
 does not split it, it moves it to its spool's `rejected/` directory, so clients keep batches
 below the cap (the SDK's `batch_size`).
 
+Every error, whatever raised it (a refusal here or in the dashboard's routes, request validation, a
+collector error, an unexpected exception), is answered in the OpenAI error shape (`sdk.wire.error_body`),
+so one client-side parser reads the gateway and the collector alike; a 422 also lists every invalid
+field under `errors` (location, message, type; never the submitted value).
+
 Ingest is CPU-bound: the body is parsed and validated once (pydantic, from the raw bytes), and
 parsing, validation and storage run in one trip to the thread pool, so the event loop only reads
 bodies and writes responses; the result goes out as the bytes pydantic serialized, without a second
@@ -21,8 +26,9 @@ front), and gzip request bodies (clients send batches of a few MB at most).
 from __future__ import annotations
 
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,20 +37,32 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sdk import Feedback, IngestResult, TrajectoryBatch
+from sdk import Feedback, IngestResult, TrajectoryBatch, wire
 
 from . import _defaults
 from ._store import Store, open_store
 from ._settings import CollectorSettings
 from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
 
+#: The error `code` of an `HTTPException`'s answer, by status (the collector's own errors name their own).
+_HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+               413: "request_too_large", 415: "unsupported_media_type", 503: "unavailable"}
+
 
 class FeedbackResult(BaseModel):
     """Response of `POST /v1/feedback`."""
 
     id: int
-    trajectory_id: str | None
+    trajectory_id: str
+
+
+def _error(http_status: int, message: str, *, code: str, param: str | None = None,
+           headers: Mapping[str, str] | None = None, **extra: Any) -> JSONResponse:
+    """An error answer in the OpenAI shape (`sdk.wire.error_body`); `extra` goes next to `error`."""
+    body = {**wire.error_body(http_status, message, code=code, param=param), **extra}
+    return JSONResponse(status_code=http_status, content=body, headers=headers)
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -57,10 +75,9 @@ def _validation_response(errors: list[Any], what: str) -> JSONResponse:
     items = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
     summary = "; ".join(f"{_loc(tuple(e['loc']))}: {e['msg']}" for e in errors[:10])
     more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
-    return JSONResponse(
-        status_code=422,
-        content={"detail": f"invalid {what}: {summary}{more}. Nothing was stored.", "errors": items},
-    )
+    param = _loc(tuple(errors[0]["loc"])) if errors else None
+    return _error(422, f"invalid {what}: {summary}{more}. Nothing was stored.", code="invalid_body", param=param,
+                  errors=items)
 
 
 def _check_media(request: Request) -> None:
@@ -102,11 +119,8 @@ def _parse_error(body: bytes, e: ValidationError, what: str) -> JSONResponse:
             except UnicodeDecodeError as u:
                 reason = f"request body is not valid UTF-8 (byte {u.start}: {u.reason}); JSON must be UTF-8 encoded"
         if reason is not None:
-            return JSONResponse(
-                status_code=422,
-                content={"detail": f"invalid {what}: {reason}. Nothing was stored.",
-                         "errors": [{"loc": [], "msg": reason, "type": "json_invalid"}]},
-            )
+            return _error(422, f"invalid {what}: {reason}. Nothing was stored.", code="invalid_body",
+                          errors=[{"loc": [], "msg": reason, "type": "json_invalid"}])
     return _validation_response(errors, what)
 
 
@@ -128,6 +142,40 @@ async def _read_capped(request: Request, cap: int) -> bytes:
             raise too_big
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _answer_errors(app: FastAPI) -> None:
+    """Answer every error in the OpenAI shape (see the module docstring): `HTTPException`s (the routes' own
+    refusals and Starlette's 404/405), request validation (422), the collector's errors, and anything
+    unexpected (500; the server logs the traceback)."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = str(exc.detail)
+        if exc.status_code in (404, 405) and message == HTTPStatus(exc.status_code).phrase:  # routing's bare "Not Found"
+            message = f"{message}: {request.method} {request.url.path}; the collector's endpoints are listed at /docs"
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return _error(exc.status_code, message, code=code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation(_r: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_response(list(exc.errors()), "request")
+
+    @app.exception_handler(UnknownTrajectoryError)
+    async def _on_unknown_trajectory(_r: Request, exc: UnknownTrajectoryError) -> JSONResponse:
+        return _error(404, str(exc), code="trajectory_not_found", param="trajectory_id")
+
+    @app.exception_handler(UnknownResponseError)
+    async def _on_unknown_response(_r: Request, exc: UnknownResponseError) -> JSONResponse:
+        return _error(404, str(exc), code="response_not_found", param="response_id")
+
+    @app.exception_handler(StorageError)
+    async def _on_storage(_r: Request, exc: StorageError) -> JSONResponse:
+        return _error(503, str(exc), code="storage_unavailable")
+
+    @app.exception_handler(Exception)
+    async def _on_bug(_r: Request, _exc: Exception) -> JSONResponse:
+        return _error(500, "internal collector error; the collector's log has the traceback", code="internal_error")
 
 
 def create_app(settings: CollectorSettings | None = None, *, store: Store | None = None,
@@ -168,21 +216,13 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     app.state.settings = settings
     app.state.langfuse = langfuse
 
-    @app.exception_handler(RequestValidationError)
-    async def _on_validation(_r: Request, exc: RequestValidationError) -> JSONResponse:
-        return _validation_response(list(exc.errors()), "request")
-
-    @app.exception_handler(StorageError)
-    async def _on_storage(_r: Request, exc: StorageError) -> JSONResponse:
-        return JSONResponse(status_code=503, content={"detail": str(exc)})
+    _answer_errors(app)
 
     def require_key(request: Request) -> None:
         if not keys:
             return
-        given = request.headers.get("x-api-key", "")
-        auth = request.headers.get("authorization", "")
-        if auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
+        given = (wire.bearer_token(request.headers.get("authorization"))
+                 or request.headers.get(wire.API_KEY_HEADER, ""))
         # Constant-time comparison against every key: no timing hint about which prefix matched.
         ok = False
         for k in keys:
@@ -190,7 +230,7 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         if not ok:
             raise HTTPException(
                 status_code=401,
-                detail="missing or invalid API key: send `Authorization: Bearer <key>` (or `X-API-Key: <key>`) "
+                detail=f"missing or invalid API key: send `Authorization: Bearer <key>` (or `{wire.API_KEY_HEADER}: <key>`) "
                 f"with one of the keys the collector was started with ({_defaults.ENV_KEYS}, comma-separated)",
                 headers={"WWW-Authenticate": "Bearer"},
             )
@@ -232,24 +272,15 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     )
     async def feedback(request: Request) -> Any:
         """Join late user feedback to a stored trajectory, named by its id or by a captured completion's
-        `response_id` (404 if unknown)."""
+        `response_id` (404 if unknown; 422 naming the problem when the body names neither or both)."""
         body = await read_body(request)
         try:
-            fb = Feedback.model_validate_json(body)
+            fb = Feedback.model_validate_json(body)  # checks that exactly one of the two ids is given
         except ValidationError as e:
             return _parse_error(body, e, "feedback")
-        try:
-            if fb.trajectory_id is None:  # resolved here too, for the response; add_feedback re-checks
-                assert fb.response_id is not None
-                tid = await run_in_threadpool(the_store.resolve_response, fb.response_id)
-                if tid is None:
-                    raise UnknownResponseError(fb.response_id)
-                fb = Feedback(trajectory_id=tid, rating=fb.rating, correction=fb.correction, text=fb.text,
-                              key_id=fb.key_id)
-            fid = await run_in_threadpool(the_store.add_feedback, fb)
-        except (UnknownTrajectoryError, UnknownResponseError) as e:
-            raise HTTPException(status_code=404, detail=str(e)) from e
-        return FeedbackResult(id=fid, trajectory_id=fb.trajectory_id)
+        # The store resolves a response id (once, in the insert's transaction); unknown ids raise -> 404.
+        fid, tid = await run_in_threadpool(the_store.add_feedback, fb)
+        return FeedbackResult(id=fid, trajectory_id=tid)
 
     @app.get("/v1/stats")
     async def stats() -> dict[str, Any]:
@@ -267,7 +298,7 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         try:
             await run_in_threadpool(ping)
         except sa.exc.SQLAlchemyError as e:
-            return JSONResponse(status_code=503, content={"status": "unavailable", "detail": f"database: {e}"})
+            return _error(503, f"database: {e}", code="database_unavailable", status="unavailable")
         return JSONResponse({"status": "ok", "database": the_store.dialect})
 
     from ._dashboard import dashboard_router

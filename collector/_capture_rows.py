@@ -20,29 +20,29 @@ Deliberately not here: the anonymizer, scoring and the insert itself (`_ingest.a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlmodel import col
 
-from sdk import Trajectory
+from sdk import Trajectory, wire
 
 from ._schema import ResponseIdRow, TrajectoryRow
 
-#: Metadata key that marks a trajectory as a growing session (the gateway sets it to the message count).
-REVISION_KEY = "looplift_revision"
-#: Metadata key listing the completion ids a trajectory holds.
-RESPONSE_IDS_KEY = "response_ids"
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
+
 _MAX_RESPONSE_ID = 256
 
 
 def revisable(t: Trajectory) -> bool:
     """Whether a stored trajectory with `t`'s id may be replaced by `t` when `t` has more messages."""
-    return REVISION_KEY in t.metadata
+    return wire.REVISION_KEY in t.metadata
 
 
 def response_ids(t: Trajectory) -> list[str]:
     """The completion ids `t` declares (non-strings and over-long values are ignored)."""
-    value = t.metadata.get(RESPONSE_IDS_KEY)
+    value = t.metadata.get(wire.RESPONSE_IDS_KEY)
     if not isinstance(value, list):
         return []
     return [v for v in value if isinstance(v, str) and 0 < len(v) <= _MAX_RESPONSE_ID]
@@ -63,7 +63,7 @@ def replace_grown(conn: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[s
     return done
 
 
-def link_responses(conn: sa.Connection, insert: Any, trajectories: Sequence[Trajectory]) -> None:
+def link_responses(conn: sa.Connection, insert: sqlite.Insert | postgresql.Insert, trajectories: Sequence[Trajectory]) -> None:
     """Record `response id -> trajectory id` for every id the trajectories declare (first link wins)."""
     values = [{"response_id": rid, "trajectory_id": t.id} for t in trajectories for rid in response_ids(t)]
     if values:
@@ -73,5 +73,5 @@ def link_responses(conn: sa.Connection, insert: Any, trajectories: Sequence[Traj
 def resolve(conn: sa.Connection, response_id: str) -> str | None:
     """The trajectory id linked to `response_id`, or None."""
     r = ResponseIdRow
-    found = conn.execute(sa.select(r.trajectory_id).where(r.response_id == response_id)).scalar()
+    found = conn.execute(sa.select(col(r.trajectory_id)).where(col(r.response_id) == response_id)).scalar()
     return str(found) if found is not None else None

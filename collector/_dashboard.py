@@ -17,6 +17,8 @@ come from the gateway's own HTTP API (`/admin/versions`, `/admin/replicas`, `/he
 with `gateway_url` and the admin token, both passed by the composition root (`looplift up`). A part that
 does not answer is shown as unreachable with the reason; the other panels still render.
 
+Errors are answered in the OpenAI shape like the rest of the collector's API (`_app`'s handlers).
+
 Auth: the page itself holds no data and is served to anyone (HTML, JS, CSS, no secret); every data
 endpoint needs `Authorization: Bearer <admin token>` (the gateway's, so operators have one token). The
 link `looplift up` prints carries the token in the URL fragment (`/dashboard#token=...`), which browsers
@@ -36,6 +38,8 @@ import httpx
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
+
+from sdk import wire
 
 from . import _dashboard_data as D
 from . import _defaults
@@ -113,7 +117,7 @@ class _Gateway:
         except httpx.HTTPError as e:
             return {"error": f"gateway {self.url} unreachable: {type(e).__name__}: {e}"}
         if status != 200:
-            detail = body.get("error", {}).get("message") if isinstance(body, dict) else str(body)[:200]
+            detail = wire.error_message(body) or str(body)[:200]
             return {"error": f"gateway {self.url} /admin/versions answered {status}: {detail}"}
         return {"url": self.url, **body}
 
@@ -148,8 +152,7 @@ def dashboard_router(settings: CollectorSettings, store: Store, langfuse: Any = 
             raise HTTPException(status_code=503, detail=(
                 f"the dashboard is off: no admin token. Set {_defaults.ENV_ADMIN_TOKEN} (the gateway's admin token) "
                 f"or put it in $LOOPLIFT_HOME/{_defaults.ADMIN_TOKEN_FILE} and restart the collector"))
-        auth = request.headers.get("authorization", "")
-        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        given = wire.bearer_token(request.headers.get("authorization")) or ""
         if not hmac.compare_digest(given.encode(), token.encode()):
             raise HTTPException(status_code=401, headers={"WWW-Authenticate": "Bearer"}, detail=(
                 "the dashboard's data needs `Authorization: Bearer <admin token>` (the gateway's admin token, "

@@ -18,6 +18,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from sdk import wire
+
 
 def _msgs(ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in m.items() if v is not None} for m in ms]
@@ -55,7 +57,7 @@ def sft_line(row: Row) -> dict[str, Any]:
         ms = ms[: _prompt_len(ms)] + [{"role": "assistant", "content": row.correction}]
     line = {"id": row.id, "task_id": row.task_id, "app": row.app, "served_version": row.version,
             "reward": row.reward, "score": row.score, "corrected": corrected, "messages": _msgs(ms)}
-    tools = (row.data.get("metadata") or {}).get("tools")
+    tools = (row.data.get("metadata") or {}).get(wire.TOOLS_KEY)
     if tools and not corrected:  # the tools the conversation was given (captured traffic records them)
         line["tools"] = tools
     return line
@@ -95,11 +97,11 @@ def dpo_lines(rows: list[Row], drop: Callable[[str, int], None]) -> list[Line]:
         if r.correction is not None:
             out.append((pair(None, r, [{"role": "assistant", "content": r.correction}], "correction"), r, (r.id,)))
     for group in _scored_by_prompt(rows, drop):
-        ranked = sorted(group, key=lambda x: (-x.score, x.id))  # type: ignore[operator]
+        ranked = sorted(group, key=lambda x: (-x.score, x.id))
         used = 0
         for i in range(len(ranked) // 2):
             best, worst = ranked[i], ranked[-1 - i]
-            if best.score <= worst.score:  # type: ignore[operator]
+            if best.score <= worst.score:
                 break
             out.append((pair(best, worst, _completion(best), "score"), best, (best.id, worst.id)))
             used += 2

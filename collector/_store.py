@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from sdk import Feedback, IngestResult, Trajectory
 
@@ -152,14 +152,21 @@ class Store:
         with self.engine.connect() as conn:
             return _capture_rows.resolve(conn, response_id)
 
-    def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> int:
+    def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> tuple[int, str]:
         """Store feedback for a stored trajectory (named by its id, or by a captured completion's
-        `response_id`); returns the feedback row id.
+        `response_id`, looked up here and only here); returns the feedback row id and the id of the
+        trajectory it joined.
 
         Raises:
             UnknownTrajectoryError: the trajectory id is not stored.
             UnknownResponseError: no stored trajectory holds that response id.
+            ValueError: `fb` names neither a trajectory nor a response (only a `Feedback` built without
+                validation can).
         """
+        name = fb.trajectory_id or fb.response_id
+        if name is None:
+            raise ValueError("feedback names no trajectory: give exactly one of trajectory_id or response_id "
+                             "(build it with Feedback(...), which checks this)")
         correction, text = fb.correction, fb.text
         if anonymize:  # one replacement map for both, like the strings of one trajectory
             correction, text = self.anonymizer.strings(correction, text)
@@ -171,22 +178,23 @@ class Store:
             # with "database is locked" at once (a third of feedback under load, measured).
             with self.engine.connect() as conn, conn.execution_options(sqlite_immediate=True).begin():
                 if target is None:
-                    assert fb.response_id is not None  # Feedback validates: exactly one of the two
-                    target = _capture_rows.resolve(conn, fb.response_id)
+                    target = _capture_rows.resolve(conn, name)
                     if target is None:
-                        raise UnknownResponseError(fb.response_id)
-                if conn.execute(sa.select(t.id).where(t.id == target)).first() is None:
+                        raise UnknownResponseError(name)
+                if conn.execute(sa.select(col(t.id)).where(col(t.id) == target)).first() is None:
                     raise UnknownTrajectoryError(target)
                 values = {"trajectory_id": target, "rating": fb.rating, "correction": correction, "text": text,
                           "created_at": utcnow(), "key_id": fb.key_id}
-                fid = int(conn.execute(sa.insert(f).values(**values).returning(f.id)).scalar_one())
+                new_id = conn.execute(sa.insert(f).values(**values).returning(col(f.id))).scalar_one()
+                assert new_id is not None  # the database assigns it
+                fid = int(new_id)
                 # The same transaction recomposes the trajectory's score with the new rating.
                 conn.execute(self._recompose(t.id == target, with_rating=True))
         except sa.exc.SQLAlchemyError as e:
             raise StorageError(f"could not store feedback for trajectory {target!r}: {short_error(e)}") from e
         if self.listeners:
             self._notify("feedback", values | {"id": fid})
-        return fid
+        return fid, target
 
     # -- deletes ---------------------------------------------------------------------------
 
@@ -228,7 +236,7 @@ class Store:
         rating: Any = t.feedback_rating
         if with_rating:
             f = FeedbackRow
-            rating = sa.select(sa.func.avg(f.rating)).where(f.trajectory_id == t.id).scalar_subquery()
+            rating = sa.select(sa.func.avg(f.rating)).where(col(f.trajectory_id) == t.id).scalar_subquery()
             values["feedback_rating"] = rating
         score, source = score_sql(t.reward, rating, t.quality)
         return sa.update(t).where(where).values(score=score, score_source=source, **values)
@@ -251,7 +259,7 @@ class Store:
     def score_model(self, kind: str) -> ScoreModelRow | None:
         """The newest stored model of `kind` (`quality` or `cluster`), or None."""
         with Session(self.engine) as session:
-            q = select(ScoreModelRow).where(ScoreModelRow.kind == kind).order_by(ScoreModelRow.id.desc()).limit(1)  # type: ignore[union-attr]
+            q = select(ScoreModelRow).where(col(ScoreModelRow.kind) == kind).order_by(col(ScoreModelRow.id).desc()).limit(1)
             return session.exec(q).first()
 
     # -- reads -----------------------------------------------------------------------------
@@ -265,7 +273,7 @@ class Store:
     def feedback_for(self, trajectory_id: str) -> list[FeedbackRow]:
         """All feedback rows joined to `trajectory_id`, oldest first."""
         with Session(self.engine) as session:
-            q = select(FeedbackRow).where(FeedbackRow.trajectory_id == trajectory_id).order_by(FeedbackRow.id)
+            q = select(FeedbackRow).where(col(FeedbackRow.trajectory_id) == trajectory_id).order_by(col(FeedbackRow.id))
             return list(session.exec(q).all())
 
     def count(self) -> int:
@@ -284,21 +292,21 @@ class Store:
         """Counts over the trajectories of `app` served by `served_version`, ingested in [since, until)
         (None: no bound; naive datetimes are UTC). One aggregate query on indexed columns."""
         t = TrajectoryRow
-        cond = [sa.true()]
+        cond: list[sa.ColumnElement[bool]] = [sa.true()]
         if app is not None:
-            cond.append(t.app == app)
+            cond.append(col(t.app) == app)
         if served_version is not None:
-            cond.append(t.served_version == served_version)
+            cond.append(col(t.served_version) == served_version)
         if since is not None:
-            cond.append(t.created_at >= to_naive_utc(since))
+            cond.append(col(t.created_at) >= to_naive_utc(since))
         if until is not None:
-            cond.append(t.created_at < to_naive_utc(until))
+            cond.append(col(t.created_at) < to_naive_utc(until))
         q = sa.select(
             sa.func.count(),
-            sa.func.count(t.score),
-            sa.func.count(t.success),
-            sa.func.coalesce(sa.func.sum(sa.case((t.success.is_(True), 1), else_=0)), 0),  # type: ignore[union-attr]
-            sa.func.count(t.feedback_rating),
+            sa.func.count(col(t.score)),
+            sa.func.count(col(t.success)),
+            sa.func.coalesce(sa.func.sum(sa.case((col(t.success).is_(True), 1), else_=0)), 0),
+            sa.func.count(col(t.feedback_rating)),
             sa.func.avg(t.feedback_rating),
         ).where(*cond)
         with Session(self.engine) as session:
@@ -310,8 +318,8 @@ class Store:
         t = TrajectoryRow
         cols = [
             sa.func.count(),
-            sa.func.count(t.success),
-            sa.func.coalesce(sa.func.sum(sa.case((t.success.is_(True), 1), else_=0)), 0),  # type: ignore[union-attr]
+            sa.func.count(col(t.success)),
+            sa.func.coalesce(sa.func.sum(sa.case((col(t.success).is_(True), 1), else_=0)), 0),
             sa.func.avg(t.reward),
         ]
         if key is None:
@@ -330,10 +338,11 @@ class Store:
             by_ver = {str(r[0]) if r[0] is not None else "unknown": g(r[1:]) for r in self._group(session, TrajectoryRow.served_version)}
             n_fb = int(session.exec(select(sa.func.count()).select_from(FeedbackRow)).one())
             t = TrajectoryRow
-            by_src = dict(session.execute(sa.select(t.score_source, sa.func.count()).group_by(t.score_source)).all())
+            by_src: dict[str | None, int] = dict(
+                session.execute(sa.select(col(t.score_source), sa.func.count()).group_by(t.score_source)).tuples().all())
             sources = {k: int(by_src.get(k, 0)) for k in SOURCES} | {"none": int(by_src.get(None, 0))}
-            n_quality = int(session.execute(sa.select(sa.func.count(t.quality))).scalar_one())
-            n_clusters = int(session.execute(sa.select(sa.func.count(sa.distinct(t.cluster)))).scalar_one())
+            n_quality = int(session.execute(sa.select(sa.func.count(col(t.quality)))).scalar_one())
+            n_clusters = int(session.execute(sa.select(sa.func.count(sa.distinct(col(t.cluster))))).scalar_one())
         qm = self.score_model("quality")
         quality_model = None if qm is None else {
             "id": qm.id, "created_at": qm.created_at.isoformat(), "auc": qm.auc, "n_train": qm.n_train, "n_test": qm.n_test}

@@ -25,6 +25,8 @@ from typing import Any, Optional
 
 import httpx
 
+from sdk import wire
+
 #: Live success this far below the gate's measurement is reported as a problem (when no drift is configured).
 LIVE_DROP = 0.10
 #: Fewer live episodes than this: no comparison with the gate.
@@ -51,7 +53,7 @@ def default_options(gateway: Optional[str], collector: Optional[str], db: Option
         db=db, token=token, runs_dir=runs_dir, config=config)
 
 
-def _iso(dt: Any) -> Optional[str]:
+def _iso(dt: datetime | str | None) -> Optional[str]:
     if dt is None:
         return None
     if isinstance(dt, str):
@@ -134,7 +136,8 @@ class _Status:
         except ServerError as e:
             self.unreachable("gateway admin API", str(e).splitlines()[0])
             return
-        since, by = None, None
+        since: Optional[datetime] = None
+        by: Optional[str] = None
         for h in view.history:
             if h.version == view.serving and h.action in ("promote", "rollback", "restore"):
                 since, by = h.at, h.action
@@ -185,7 +188,7 @@ class _Status:
             r = httpx.get(self.o.collector + "/health", timeout=3)
             c["status"] = r.json().get("status")
             if r.status_code != 200:
-                self.problem(f"collector unhealthy: {r.json().get('detail')}")
+                self.problem(f"collector unhealthy: {wire.error_message(r.json()) or r.text[:200]}")
         except (httpx.HTTPError, ValueError) as e:
             self.unreachable("collector", f"{self.o.collector}: {_short(e)}")
         token = self.token()
@@ -307,10 +310,10 @@ def render(s: dict[str, Any]) -> list[str]:
             who = w["version"] or "all versions"
             lines.append(f"[bold]live (1h)[/]  {who}: {_pct(w['success_rate'])} success over {w['with_outcome']} "
                          f"verified of {w['episodes']} episodes{fb}")
-    p = s.get("pending")
-    if p:
-        lines.append(f"[bold]pending[/]    {p['scored']} scored trajectories since "
-                     f"{'the last retrain export ' + p['since'] if p['since'] else 'the start (no retrain yet)'}")
+    pending = s.get("pending")
+    if pending:
+        lines.append(f"[bold]pending[/]    {pending['scored']} scored trajectories since "
+                     f"{'the last retrain export ' + pending['since'] if pending['since'] else 'the start (no retrain yet)'}")
     sched = s.get("schedule")
     if sched:
         parts = []

@@ -29,7 +29,7 @@ from typing import Optional
 
 import httpx
 
-from . import _defaults
+from . import _defaults, wire
 from ._home import looplift_home, read_secret
 from ._types import Trajectory
 from .infra import atomic_write
@@ -49,6 +49,14 @@ class ClientStats:
     spooled: int = 0
     replayed: int = 0
     rejected: int = 0
+
+
+def _reason(r: httpx.Response) -> str:
+    """Why the collector refused a request: the message of its error body (`sdk.wire`), else the raw text."""
+    try:
+        return wire.error_message(r.json()) or r.text
+    except ValueError:  # not JSON (a proxy's HTML page, say)
+        return r.text
 
 
 class CollectorClient:
@@ -177,10 +185,10 @@ class CollectorClient:
             self.stats.duplicates += int(r.json().get("duplicates", 0))
             return "ok"
         if r.status_code >= 500 or r.status_code in _RETRY_LATER:
-            log.warning("collector answered %s; spooling: %s", r.status_code, r.text[:200])
+            log.warning("collector answered %s; spooling: %s", r.status_code, _reason(r)[:200])
             self._next_replay = time.monotonic() + self._retry_interval
             return "retry"
-        log.error("collector rejected a batch (%s): %s", r.status_code, r.text[:500])
+        log.error("collector rejected a batch (%s): %s", r.status_code, _reason(r)[:500])
         return "rejected"
 
     def _spool(self, batch: list[Trajectory]) -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, S
 
 import openai
 
-from . import _defaults
+from . import _defaults, wire
 from ._env import Environment, StepResult, Verifier
 from ._types import EndReason, Message, Outcome, Step, Task, ToolCall, ToolCallFunction, Trajectory, TurnTokens, new_id
 from .errors import ConfigError, GenerationError
@@ -132,7 +132,7 @@ async def _generate(ctx: _Ctx, task: Task, messages: list[Message], seed: Option
             messages=[m.model_dump(exclude_none=True) for m in messages],  # type: ignore[misc]
             temperature=ctx.sampling.temperature, top_p=ctx.sampling.top_p, max_tokens=max_tokens,
             logprobs=ctx.sampling.logprobs or None, extra_body=extra or None,
-            extra_headers={_defaults.SESSION_HEADER: session}, **kwargs,
+            extra_headers={wire.SESSION_HEADER: session}, **kwargs,
         )
     except openai.NotFoundError as e:
         raise GenerationError(f"model {ctx.model!r} is not served here: {e.message}") from e
@@ -360,9 +360,9 @@ async def arun(
     limits = _budget(budget, max_steps)
     own_client = client is None and policy is None
     # A capturing gateway files the exchanges under `app` (HTTP header values are ASCII: other names are left out).
-    hdrs = {**({"X-Looplift-App": app} if app.isascii() and app.isprintable() else {}), **(headers or {})}
+    hdrs = {**({wire.APP_HEADER: app} if app.isascii() and app.isprintable() else {}), **(headers or {})}
     if collector is not None:
-        hdrs.setdefault(_defaults.CAPTURE_HEADER, "off")
+        hdrs.setdefault(wire.CAPTURE_HEADER, wire.CAPTURE_OFF)
     if client is not None and hdrs:  # a caller's client gets them too (a copy sharing its connection pool)
         client = client.with_options(default_headers=hdrs)
     ctx = _Ctx(client=client or (None if policy is not None else _client(base_url, api_key, timeout, hdrs)),

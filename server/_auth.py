@@ -25,6 +25,9 @@ import ipaddress
 import socket
 from typing import Iterable, Optional
 
+# The one parser of `Authorization: Bearer` for every service; re-exported because `_gateway` imports it from here.
+from sdk.wire import bearer_token as bearer_token
+
 from . import _defaults as D
 from .errors import InsecureBindError
 
@@ -32,13 +35,6 @@ from .errors import InsecureBindError
 def key_id(key: str) -> str:
     """The public id of API key `key`: `k-` + 12 hex digits of its sha256."""
     return "k-" + hashlib.sha256(key.encode()).hexdigest()[:12]
-
-
-def bearer_token(authorization: Optional[str]) -> Optional[str]:
-    """The token of an `Authorization: Bearer <token>` header value, else None."""
-    scheme, _, token = (authorization or "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
 
 
 class KeyRing:

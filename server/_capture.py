@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from sdk import CollectorClient
+from sdk import CollectorClient, wire
 
 from ._capture_build import Exchange, SessionBook, parse_json_answer, parse_sse_answer
 from ._settings import GatewaySettings
@@ -47,8 +47,9 @@ from ._settings import GatewaySettings
 log = logging.getLogger("looplift.server.capture")
 
 _STOP = object()
-_HEADERS = {b"x-looplift-session": "session", b"x-looplift-app": "app", b"x-looplift-task": "task",
-            b"x-looplift-capture": "capture"}
+#: The request headers capture reads (`sdk.wire`), as the ASGI scope spells them -> field name.
+_HEADERS = {wire.asgi_header(wire.SESSION_HEADER): "session", wire.asgi_header(wire.APP_HEADER): "app",
+            wire.asgi_header(wire.TASK_HEADER): "task", wire.asgi_header(wire.CAPTURE_HEADER): "capture"}
 
 
 class _Scrape(Collector):
@@ -124,7 +125,7 @@ class Capture:
               headers: dict[str, str]) -> Optional[Exchange]:
         """Start capturing one exchange (the proxy fills `body` / `chunks` as it relays the answer); None when
         the request asks not to be captured (`X-Looplift-Capture: off`)."""
-        if headers.get("capture", "").lower() == "off":
+        if headers.get("capture", "").lower() == wire.CAPTURE_OFF:
             return None
         return Exchange(fields=fields, model=model, version=version, key_id=key_id, app=headers.get("app"),
                         session=headers.get("session"), task=headers.get("task"), started_at=time.time(),

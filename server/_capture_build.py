@@ -37,12 +37,10 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 from sdk import Message, ToolCall, ToolCallFunction, Trajectory, TurnTokens
+from sdk import wire
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
           "function": "tool"}
-#: Metadata keys the collector reads (`collector._capture_rows`).
-REVISION_KEY = "looplift_revision"
-RESPONSE_IDS_KEY = "response_ids"
 
 
 @dataclass
@@ -283,17 +281,18 @@ class SessionBook:
             traj_id = "cap-" + hashlib.sha256(seed.encode()).hexdigest()[:32]
             turns, exchanges, started = [turn], [exchange], ex.started_at
         response_ids = [e["response_id"] for e in exchanges if e["response_id"]]
-        metadata: dict[str, Any] = {"source": "gateway", RESPONSE_IDS_KEY: response_ids, "exchanges": exchanges,
-                                    "usage": _total_usage(exchanges)}
+        # Every key is part of the wire contract (`sdk.wire`): the collector and exports read them.
+        metadata: dict[str, Any] = {wire.SOURCE_KEY: wire.SOURCE_GATEWAY, wire.RESPONSE_IDS_KEY: response_ids,
+                                    wire.EXCHANGES_KEY: exchanges, wire.USAGE_KEY: _total_usage(exchanges)}
         if ex.key_id is not None:
-            metadata["key_id"] = ex.key_id
+            metadata[wire.KEY_ID_KEY] = ex.key_id
         if ex.session is not None:
-            metadata["session"] = ex.session
-            metadata[REVISION_KEY] = len(messages)
+            metadata[wire.SESSION_KEY] = ex.session
+            metadata[wire.REVISION_KEY] = len(messages)
         if ex.fields.get("tools"):
-            metadata["tools"] = ex.fields["tools"]
+            metadata[wire.TOOLS_KEY] = ex.fields["tools"]
         if reply.alternatives:
-            metadata["alternatives"] = reply.alternatives
+            metadata[wire.ALTERNATIVES_KEY] = reply.alternatives
         return Trajectory(id=traj_id, app=app, task_id=(ex.task or f"prompt-{prompt[:16]}")[:256], model=ex.model,
                           served_version=ex.version, messages=messages, turns=turns, metadata=metadata,
                           started_at=_utc(started), finished_at=_utc(ex.started_at + ex.latency_s))

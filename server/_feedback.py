@@ -27,9 +27,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from sdk import wire
+
 from . import _defaults as D
 from ._collector_link import CollectorUnavailable
-from ._proxy import error_payload
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -50,7 +51,7 @@ class FeedbackRequest(BaseModel):
 
 
 def _error(status: int, message: str, code: str, param: Optional[str] = None) -> JSONResponse:
-    return JSONResponse(error_payload(status, message, param=param, code=code), status_code=status)
+    return JSONResponse(wire.error_body(status, message, param=param, code=code), status_code=status)
 
 
 def feedback_router(gw: "Gateway") -> APIRouter:
@@ -88,8 +89,9 @@ def feedback_router(gw: "Gateway") -> APIRouter:
                           "(`looplift up --capture`, or a capture API key), and the id must be the chat completion's "
                           "`id` exactly as the client received it.", "response_not_found", "response_id")
         if r.status_code != 200:
-            detail = r.json().get("detail") if r.headers.get("content-type", "").startswith("application/json") else r.text
-            return _error(400, f"The collector refused the feedback: {detail}", "invalid_request")
+            json_body = r.headers.get("content-type", "").startswith("application/json")
+            reason = (wire.error_message(r.json()) if json_body else None) or r.text[:500]
+            return _error(400, f"The collector refused the feedback: {reason}", "invalid_request")
         stored = r.json()
         return {"id": stored["id"], "trajectory_id": stored["trajectory_id"], "response_id": req.response_id}
 

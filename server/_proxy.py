@@ -33,6 +33,8 @@ from typing import Any, Awaitable, Callable, MutableMapping, Optional
 
 import aiohttp
 
+from sdk import wire
+
 from . import _defaults as D
 from ._auth import KeyRing
 from ._body import BadRequest, RequestBody, parse_body
@@ -54,17 +56,12 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 #: The proxied endpoints and the field each one requires.
 CHAT = "/v1/chat/completions"
 ENDPOINTS = {CHAT: "messages", "/v1/completions": "prompt"}
-_VERSION_HEADER = b"x-looplift-version"
-_REPLICA_HEADER = b"x-looplift-replica"
-_SESSION_HEADER = b"x-looplift-session"
-
-
-def error_payload(status: int, message: str, *, type_: Optional[str] = None, param: Optional[str] = None,
-                  code: Optional[str] = None) -> dict[str, Any]:
-    """An OpenAI-style error body."""
-    if type_ is None:
-        type_ = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+# Header names of the wire contract (`sdk.wire`), as ASGI scopes and answers spell them.
+_VERSION_HEADER = wire.asgi_header(wire.VERSION_HEADER)
+_REPLICA_HEADER = wire.asgi_header(wire.REPLICA_HEADER)
+_SESSION_HEADER = wire.asgi_header(wire.SESSION_HEADER)
+#: The OpenAI-shaped error body every looplift HTTP API answers with; `_gateway` imports it by this name.
+error_payload = wire.error_body
 
 
 def api_key_denied() -> dict[str, Any]:

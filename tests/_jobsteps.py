@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import httpx
 
-from sdk import Message, Outcome, Trajectory
+from sdk import Message, Outcome, Trajectory, wire
 from trainer import JobContext, TrainData, Trained, TrainStep, prompt_suite
 from trainer._steps import SFT_STEP
 
@@ -97,7 +97,7 @@ class FakeGateway:
                                              "versions": [self._info(v) for v in self.versions]})
         if request.url.path == "/admin/versions" and request.method == "POST":
             if self.refuse:
-                return httpx.Response(422, json={"detail": "adapter_config.json: rank 3 is not supported"})
+                return httpx.Response(422, json=wire.error_body(422, "adapter_config.json: rank 3 is not supported"))
             name = f"policy-v{len(self.versions)}"
             self.versions.append(name)
             self.skill.setdefault(name, set(self.next_skill))
@@ -113,7 +113,7 @@ class FakeGateway:
             self.canaries.append((body["version"], body["fraction"]))
             return httpx.Response(200, json={"alias": "policy", "serving": self.serving, "canary": {
                 "version": body["version"], "fraction": body["fraction"], "started_at": "2026-01-01T00:00:00Z"}})
-        return httpx.Response(404, json={"detail": "not found"})
+        return httpx.Response(404, json=wire.error_body(404, f"no fake route {request.url.path}"))
 
     def admin(self) -> Any:
         from server import AdminClient

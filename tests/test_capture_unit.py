@@ -194,7 +194,7 @@ def test_collector_http_feedback_by_response_id(tmp_path: Path) -> None:
         ok = httpx.post(f"{col.url}/v1/feedback", json={"response_id": "r1", "rating": 1}, headers=h)
         assert ok.status_code == 200 and ok.json()["trajectory_id"].startswith("cap-")
         missing = httpx.post(f"{col.url}/v1/feedback", json={"response_id": "zzz", "rating": 1}, headers=h)
-        assert missing.status_code == 404 and "unknown response id 'zzz'" in missing.json()["detail"]
+        assert missing.status_code == 404 and "unknown response id 'zzz'" in missing.json()["error"]["message"]
         assert httpx.post(f"{col.url}/v1/feedback", json={"response_id": "r1", "rating": 1}).status_code == 401
 
 

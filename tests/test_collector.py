@@ -68,11 +68,11 @@ def test_malformed_batch_is_422_naming_the_field_and_stores_nothing(client: Test
     del bad["task_id"]
     r = client.post("/v1/trajectories", json={"trajectories": [good, bad]})
     assert r.status_code == 422
-    assert "trajectories.1.task_id" in r.json()["detail"] and "Field required" in r.json()["detail"]
+    assert "trajectories.1.task_id" in r.json()["error"]["message"] and "Field required" in r.json()["error"]["message"]
     assert r.json()["errors"][0]["loc"] == ["trajectories", 1, "task_id"]
     assert row_count(db_url) == 0
     r = client.post("/v1/trajectories", content=b"{not json")
-    assert r.status_code == 422 and "invalid trajectory batch" in r.json()["detail"]
+    assert r.status_code == 422 and "invalid trajectory batch" in r.json()["error"]["message"]
 
 
 def test_422_does_not_echo_submitted_values(client: TestClient) -> None:
@@ -85,7 +85,7 @@ def test_422_does_not_echo_submitted_values(client: TestClient) -> None:
 def test_oversized_body_is_413_over_http(server: collector.ServerHandle, db_url: str) -> None:
     big = traj(1, content="x" * 100_000)
     r = httpx.post(f"{server.url}/v1/trajectories", content=body(big), headers={"X-API-Key": KEY})
-    assert r.status_code == 413 and "max_body_bytes" in r.json()["detail"]
+    assert r.status_code == 413 and "max_body_bytes" in r.json()["error"]["message"]
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the cap is enforced while streaming
         data = body(big).encode()
@@ -100,7 +100,7 @@ def test_oversized_body_is_413_over_http(server: collector.ServerHandle, db_url:
 def test_api_key_required_when_configured(server: collector.ServerHandle, db_url: str) -> None:
     url = f"{server.url}/v1/trajectories"
     r = httpx.post(url, content=body(traj(1)))
-    assert r.status_code == 401 and "Authorization: Bearer" in r.json()["detail"]
+    assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
     assert httpx.post(url, content=body(traj(1)), headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert httpx.post(f"{server.url}/v1/feedback", json={"trajectory_id": "traj-0001"}).status_code == 401
     assert row_count(db_url) == 0
@@ -115,7 +115,7 @@ def test_feedback_joins_by_id_and_404_for_unknown(client: TestClient, db_url: st
     r = client.post("/v1/feedback", json={"trajectory_id": "traj-0001", "rating": -1, "text": "wrong, mail me at a@b.org"})
     assert r.status_code == 200 and r.json()["trajectory_id"] == "traj-0001"
     r = client.post("/v1/feedback", json={"trajectory_id": "nope", "rating": 1})
-    assert r.status_code == 404 and "nope" in r.json()["detail"]
+    assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
     assert client.post("/v1/feedback", json={"trajectory_id": "traj-0001", "rating": 5}).status_code == 422
     store = open_store(db_url)
     fb = store.feedback_for("traj-0001")

@@ -41,20 +41,20 @@ def stored(db_url: str) -> int:
 def test_non_json_body_is_422_with_position(client: TestClient, db_url: str) -> None:
     r = client.post("/v1/trajectories", content=b'{"trajectories": [ {"id": oops} ]}', headers=JSON)
     assert r.status_code == 422
-    assert "Invalid JSON" in r.json()["detail"] and "line 1 column" in r.json()["detail"]
+    assert "Invalid JSON" in r.json()["error"]["message"] and "line 1 column" in r.json()["error"]["message"]
     assert r.json()["errors"][0]["type"] == "json_invalid" and stored(db_url) == 0
 
 
 def test_empty_body_is_422_saying_so(client: TestClient, db_url: str) -> None:
     r = client.post("/v1/trajectories", content=b"", headers=JSON)
-    assert r.status_code == 422 and "request body is empty" in r.json()["detail"]
+    assert r.status_code == 422 and "request body is empty" in r.json()["error"]["message"]
     assert stored(db_url) == 0
 
 
 @pytest.mark.parametrize("payload", [b"[]", b"null", b'"trajectories"', b"42"])
 def test_json_that_is_not_an_object_is_422(client: TestClient, payload: bytes) -> None:
     r = client.post("/v1/trajectories", content=payload, headers=JSON)
-    assert r.status_code == 422 and "Input should be an object" in r.json()["detail"]
+    assert r.status_code == 422 and "Input should be an object" in r.json()["error"]["message"]
 
 
 def test_invalid_utf8_is_422_naming_the_byte(client: TestClient, db_url: str) -> None:
@@ -63,7 +63,7 @@ def test_invalid_utf8_is_422_naming_the_byte(client: TestClient, db_url: str) ->
     bad = good[:at] + b"\xe9" + good[at + 2 :]  # latin-1 é where UTF-8 needs two bytes
     r = client.post("/v1/trajectories", content=bad, headers=JSON)
     assert r.status_code == 422
-    assert f"not valid UTF-8 (byte {at}" in r.json()["detail"] and "Nothing was stored" in r.json()["detail"]
+    assert f"not valid UTF-8 (byte {at}" in r.json()["error"]["message"] and "Nothing was stored" in r.json()["error"]["message"]
     assert stored(db_url) == 0
 
 
@@ -71,7 +71,7 @@ def test_lone_surrogate_escape_is_422_not_a_storage_error(client: TestClient, db
     # Valid-looking JSON whose string cannot be encoded as UTF-8; it must not reach the database.
     bad = body(traj(1, content="XSURROGATEX")).replace(b"XSURROGATEX", b"\\ud800 alone")
     r = client.post("/v1/trajectories", content=bad, headers=JSON)
-    assert r.status_code == 422 and "Invalid JSON" in r.json()["detail"] and stored(db_url) == 0
+    assert r.status_code == 422 and "Invalid JSON" in r.json()["error"]["message"] and stored(db_url) == 0
     ok = body(traj(2, content="XPAIRX")).replace(b"XPAIRX", b"\\ud83d\\ude00 paired")
     assert client.post("/v1/trajectories", content=ok, headers=JSON).status_code == 200
     assert open_store(db_url).get("p-0002").messages[0].content == "\U0001F600 paired #0"  # type: ignore[union-attr]
@@ -90,7 +90,7 @@ def test_lone_surrogate_escape_is_422_not_a_storage_error(client: TestClient, db
 def test_wrong_media_type_or_encoding_is_415(client: TestClient, db_url: str, headers: dict[str, str], needle: str) -> None:
     payload = gzip.compress(body(traj())) if "Content-Encoding" in headers else body(traj())
     r = client.post("/v1/trajectories", content=payload, headers=headers)
-    assert r.status_code == 415 and needle in r.json()["detail"], r.text
+    assert r.status_code == 415 and needle in r.json()["error"]["message"], r.text
     assert stored(db_url) == 0
     r = client.post("/v1/feedback", content=b'{"trajectory_id": "p-0001"}', headers=headers)
     assert r.status_code == 415
@@ -118,13 +118,13 @@ def test_ten_thousand_messages_within_the_cap_are_stored_whole(client: TestClien
 def test_more_than_1000_trajectories_in_a_batch_is_422_naming_the_limit(client: TestClient, db_url: str) -> None:
     payload = json.dumps({"trajectories": [json.loads(traj(i).model_dump_json()) for i in range(1001)]})
     r = client.post("/v1/trajectories", content=payload, headers=JSON)
-    assert r.status_code == 422 and "trajectories" in r.json()["detail"] and "at most 1000" in r.json()["detail"]
+    assert r.status_code == 422 and "trajectories" in r.json()["error"]["message"] and "at most 1000" in r.json()["error"]["message"]
     assert stored(db_url) == 0
 
 
 def test_body_over_the_cap_is_413_naming_the_limit(client: TestClient, db_url: str) -> None:
     r = client.post("/v1/trajectories", content=body(traj(1, content="x" * 2_200_000)), headers=JSON)
-    assert r.status_code == 413 and "limit of 2097152 bytes" in r.json()["detail"]
+    assert r.status_code == 413 and "limit of 2097152 bytes" in r.json()["error"]["message"]
     r = client.post("/v1/feedback", content=json.dumps({"trajectory_id": "p", "text": "y" * 2_200_000}), headers=JSON)
     assert r.status_code == 413 and stored(db_url) == 0
 
@@ -133,7 +133,7 @@ def test_json_nested_too_deep_is_422(client: TestClient, db_url: str) -> None:
     t = json.loads(traj().model_dump_json())
     payload = json.dumps({"trajectories": [t]}).replace('"metadata": {}', '"metadata": {"a": ' + "[" * 5000 + "]" * 5000 + "}")
     r = client.post("/v1/trajectories", content=payload, headers=JSON)
-    assert r.status_code == 422 and "recursion limit" in r.json()["detail"] and stored(db_url) == 0
+    assert r.status_code == 422 and "recursion limit" in r.json()["error"]["message"] and stored(db_url) == 0
 
 
 def test_duplicate_ids_inside_one_batch_store_the_first(client: TestClient, db_url: str) -> None:
@@ -147,6 +147,6 @@ def test_duplicate_ids_inside_one_batch_store_the_first(client: TestClient, db_u
 def test_bad_field_in_feedback_is_422_naming_it(client: TestClient) -> None:
     client.post("/v1/trajectories", content=body(traj()), headers=JSON)
     r = client.post("/v1/feedback", json={"trajectory_id": "p-0001", "rating": 3})
-    assert r.status_code == 422 and "rating" in r.json()["detail"] and "less than or equal to 1" in r.json()["detail"]
+    assert r.status_code == 422 and "rating" in r.json()["error"]["message"] and "less than or equal to 1" in r.json()["error"]["message"]
     r = client.post("/v1/feedback", content=b"\xff", headers=JSON)
-    assert r.status_code == 422 and "not valid UTF-8" in r.json()["detail"]
+    assert r.status_code == 422 and "not valid UTF-8" in r.json()["error"]["message"]

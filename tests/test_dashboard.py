@@ -47,13 +47,13 @@ def test_the_page_is_served_without_data_and_every_data_endpoint_needs_the_admin
         assert client.get(f"/v1/dashboard/{ep}", headers={"Authorization": "Bearer nope"}).status_code == 401
         assert client.get(f"/v1/dashboard/{ep}", headers=AUTH).status_code == 200
     r = client.get("/v1/dashboard/live?window=3weeks", headers=AUTH)
-    assert r.status_code == 400 and "30m, 1h, 24h or 7d" in r.json()["detail"]
+    assert r.status_code == 400 and "30m, 1h, 24h or 7d" in r.json()["error"]["message"]
 
 
 def test_without_an_admin_token_the_dashboard_says_how_to_turn_it_on(db_url: str) -> None:
     with TestClient(create_app(CollectorSettings(db_url=db_url))) as c:
         r = c.get("/v1/dashboard/live", headers=AUTH)
-    assert r.status_code == 503 and "LOOPLIFT_ADMIN_TOKEN" in r.json()["detail"]
+    assert r.status_code == 503 and "LOOPLIFT_ADMIN_TOKEN" in r.json()["error"]["message"]
 
 
 def test_settings_read_the_admin_token_file_and_the_gateway_url(tmp_path: Path) -> None:

@@ -151,8 +151,9 @@ def test_ingest_is_idempotent_and_first_duplicate_in_a_batch_wins(store: Store) 
 
 def test_feedback_joins_by_id_oldest_first(store: Store) -> None:
     store.add_trajectories([traj(1), traj(2)])
-    first = store.add_feedback(Feedback(trajectory_id="t-0001", rating=-1.0, correction="use 5, mail x@y.org"))
-    second = store.add_feedback(Feedback(trajectory_id="t-0001", rating=1.0))
+    first, joined = store.add_feedback(Feedback(trajectory_id="t-0001", rating=-1.0, correction="use 5, mail x@y.org"))
+    second, _ = store.add_feedback(Feedback(trajectory_id="t-0001", rating=1.0))
+    assert joined == "t-0001"
     fb = store.feedback_for("t-0001")
     assert [f.id for f in fb] == [first, second] and fb[0].correction == "use 5, mail <EMAIL_1>"
     assert store.feedback_for("t-0002") == []

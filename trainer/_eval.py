@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 import sdk
-from sdk import EvalSuite, Trajectory, task_slice
+from sdk import EvalSuite, Trajectory, task_slice, wire
 
 from . import _defaults as D
 
@@ -79,7 +79,7 @@ async def evaluate(
         list(suite.tasks), suite.env_factory, model=version, verifier=suite.verifier, base_url=base_url,
         api_key=api_key, concurrency=concurrency, sampling=dataclasses.replace(suite.sampling, seed=s),
         budget=suite.budget, system_prompt=suite.system_prompt, tool_choice=suite.tool_choice, on_episode=on_episode,
-        app="eval", client=client, headers={"X-Looplift-Capture": "off"},  # eval traffic is never training data
+        app="eval", client=client, headers={wire.CAPTURE_HEADER: wire.CAPTURE_OFF},  # eval traffic is never training data
     )
     outcomes: dict[str, bool] = {}
     slices: dict[str, str] = {}

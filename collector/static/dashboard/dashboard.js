@@ -344,7 +344,7 @@ async function get(path) {
   const r = await fetch(path, { headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store" });
   if (r.status === 401 || r.status === 503) {
     const body = await r.json().catch(() => ({}));
-    const err = new Error(body.detail || `HTTP ${r.status}`);
+    const err = new Error((body.error && body.error.message) || `HTTP ${r.status}`);  // the OpenAI error shape
     err.auth = true;
     throw err;
   }
