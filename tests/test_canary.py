@@ -1,13 +1,20 @@
 """The canary without vLLM: the split in the registry (`server._registry` + `_canary`, driven through the
-in-memory `FakeVLLM` of test_server_swap), the exact one-sided Fisher test, and the decision rules of the
-trainer's canary watch (`trainer._canary.judge_canary` / `judge_watch`) on given counts. One property per
-test; the whole loop on a real stack is tests/test_canary_stack.py."""
+in-memory `FakeVLLM` of test_server_swap), the exact one-sided Fisher tail, the always-valid e-value
+(`trainer._sequential`) and the decision rules of the trainer's canary watch (`trainer._canary.judge_canary`
+/ `judge_watch`, and which windows `CanaryWatch` compares) on given counts. One property per test; each
+decision test names in its docstring the broken variant ("mutant") of the decision code it kills. The error
+rates by simulation are tests/test_canary_sim.py; the whole loop on a real stack is tests/test_canary_stack.py."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from test_server_swap import FakeVLLM
@@ -19,6 +26,7 @@ from server import CanaryError, GatewaySettings, ServerError, VersionNotFoundErr
 from server._models import CanaryDecisionRequest
 from server._registry import Registry
 from trainer._canary import CanaryConfig, LiveSignal, judge_canary, judge_watch, live_signals
+from trainer._sequential import exact_margin, log_e_greater, log_mixture, log_null_max
 
 
 @pytest.fixture
@@ -240,24 +248,201 @@ def _sig(version: str, x: int, n: int) -> LiveSignal:
     ((5, 30), (20, 30), "drop"),
     ((16, 30), (15, 30), "wait"),  # a one-point wobble: keep looking
     ((205, 400), (200, 400), "drop"),  # still undecided at max_samples: not shown better live
+    ((205, 399), (2000, 4000), "wait"),  # the smaller side decides when max_samples is reached
 ])
 def test_canary_rule(cand: tuple[int, int], serv: tuple[int, int], decision: str) -> None:
+    """Mutants: promote and drop swapped; min_samples ignored; a small difference decides; max_samples
+    ignored, or judged on the larger side (a 10% canary would stop when the serving side reaches 400)."""
     v = judge_canary(_sig("policy-v2", *cand), _sig("policy-v1", *serv), CanaryConfig())
     assert v.decision == decision
-    if decision != "wait" or cand[1] >= 30:
-        assert {"p_better", "p_worse", "candidate_n", "serving_n"} <= set(v.figures)
+    if min(cand[1], serv[1]) >= 30:
+        assert {"e_better", "e_worse", "p_better", "p_worse", "candidate_n", "serving_n"} <= set(v.figures)
 
 
-def test_canary_promotion_figures_are_the_exact_test() -> None:
+@pytest.mark.parametrize(("alpha", "decision"), [(0.05, "wait"), (0.1, "promote")])
+def test_the_canary_decides_when_the_e_value_reaches_one_over_alpha(alpha: float, decision: str) -> None:
+    """24/30 vs 12/30 has E(better) = 13.9: below 1/0.05 = 20, above 1/0.1 = 10. Mutants: the threshold is
+    alpha (or log alpha) instead of 1/alpha (it would promote at any evidence, even E < 1); the threshold is
+    2/alpha (a two-sided correction the one-sided question does not need)."""
+    v = judge_canary(_sig("policy-v2", 24, 30), _sig("policy-v1", 12, 30), CanaryConfig(alpha=alpha))
+    assert 10 < v.figures["e_better"] < 20
+    assert v.decision == decision
+
+
+def test_canary_figures_are_the_always_valid_e_values() -> None:
+    """Mutants: the figures still carry the repeated Fisher p-value; `p_better` is not 1/E (the anytime-valid
+    p-value readers compare with alpha, as tests/test_canary_stack.py does); `e_worse` is computed with the
+    sides in the same order as `e_better`."""
     v = judge_canary(_sig("policy-v2", 27, 30), _sig("policy-v1", 10, 30))
-    assert v.figures["p_better"] == fisher_p(27, 30, 10, 30) and v.figures["p_better"] < 1e-4
-    assert "p(better)=" in v.reason and "exact Fisher" in v.reason
+    better, worse = log_e_greater(27, 30, 10, 30), log_e_greater(10, 30, 27, 30)
+    assert v.figures["e_better"] == pytest.approx(math.exp(better), rel=1e-12) and v.figures["e_better"] > 1000
+    assert v.figures["p_better"] == pytest.approx(1 / v.figures["e_better"], rel=1e-12)
+    assert v.figures["p_better"] != fisher_p(27, 30, 10, 30)
+    assert v.figures["e_worse"] == pytest.approx(math.exp(worse), rel=1e-12) and v.figures["e_worse"] < 1
+    assert v.figures["p_worse"] == 1.0 and v.figures["threshold"] == pytest.approx(20)
+    assert "E(better)=" in v.reason and "always-valid" in v.reason
 
 
-@pytest.mark.parametrize(("x", "n", "decision"), [(10, 40, "rollback"), (29, 40, "wait"), (0, 10, "wait")])
-def test_watch_rule(x: int, n: int, decision: str) -> None:
-    # baseline 0.8 measured by the gate, tolerance 0.1: below 70% over >= 30 episodes rolls back
-    assert judge_watch(_sig("policy-v2", x, n), 0.8, "the gate", CanaryConfig()).decision == decision
+def _exact_mixture(x1: int, n1: int, x2: int, n2: int) -> Fraction:
+    """2 * the integral of a^x1 (1-a)^(n1-x1) b^x2 (1-b)^(n2-x2) over 0 < b < a < 1, by expanding the
+    polynomials: an independent check of the closed form (beta functions times a hypergeometric tail)."""
+    total = Fraction(0)
+    for i in range(n2 - x2 + 1):  # (1-b)^(n2-x2) = sum C(n2-x2, i) (-b)^i; integral of b^(x2+i) over [0, a]
+        inner = Fraction(math.comb(n2 - x2, i) * (-1) ** i, x2 + i + 1)  # times a^(x2+i+1)
+        for j in range(n1 - x1 + 1):  # (1-a)^(n1-x1) = sum C(n1-x1, j) (-a)^j
+            power = x1 + j + x2 + i + 1
+            total += inner * math.comb(n1 - x1, j) * (-1) ** j * Fraction(1, power + 1)
+    return 2 * total
+
+
+@pytest.mark.parametrize("counts", [(1, 1, 0, 1), (0, 0, 0, 0), (3, 5, 1, 4), (0, 3, 2, 2), (6, 7, 6, 7)])
+def test_the_mixture_is_the_integral_over_the_better_half(counts: tuple[int, int, int, int]) -> None:
+    """Mutants: the prior is uniform on the whole square (no factor 2 P(A > B): half the evidence); P(A > B)
+    with the sides swapped; the beta functions off by one count."""
+    assert log_mixture(*counts) == pytest.approx(math.log(_exact_mixture(*counts)), abs=1e-12)
+    assert log_mixture(1, 1, 0, 1) == pytest.approx(math.log(Fraction(5, 12)), abs=1e-15)  # by hand
+
+
+def test_an_e_value_is_at_most_one_when_the_counts_favour_the_null() -> None:
+    """Where the observed rates lie in the null (x1/n1 <= x2/n2 + margin), its likelihood maximum is the
+    rates' own, and a prior of mass 1 cannot beat it. Mutant: the factor 2 of the half-square prior applied
+    to the whole-square mixture (a prior of mass 2)."""
+    for margin in (Fraction(0), Fraction(1, 10)):
+        for n1, n2 in ((3, 4), (10, 10), (30, 7)):
+            for x1 in range(n1 + 1):
+                for x2 in range(n2 + 1):
+                    if Fraction(x1, n1) <= Fraction(x2, n2) + margin:
+                        assert log_e_greater(x1, n1, x2, n2, margin) <= 1e-12, (x1, n1, x2, n2, margin)
+
+
+def test_the_null_maximum_on_the_margin_is_the_constrained_optimum() -> None:
+    """Mutants: the bisection keeps the wrong half (it finds the minimum of the boundary, or an end of it);
+    the margin is ignored (the pooled rate). Checked against a fine grid over the boundary p1 = p2 + 0.1."""
+    x1, n1, x2, n2, m = 90, 100, 30, 60, 0.1
+    grid = max(x1 * math.log(b + m) + (n1 - x1) * math.log(1 - b - m) + x2 * math.log(b)
+               + (n2 - x2) * math.log(1 - b) for b in (k / 20000 * (1 - m) for k in range(1, 20000)))
+    got = log_null_max(x1, n1, x2, n2, Fraction(1, 10))
+    assert grid <= got <= grid + 1e-6
+    assert got > log_null_max(x1, n1, x2, n2)  # a larger null: a larger maximum
+
+
+def test_the_null_maximum_is_the_rates_own_where_they_lie_in_the_null() -> None:
+    """3/10 against 6/10 satisfies p1 <= p2: the null's maximum is each side at its own rate. Mutant: the
+    maximum always taken on the boundary p1 = p2 (the pooled rate), a smaller denominator than the composite
+    null's supremum, so E is no longer below the martingale that Ville's inequality bounds."""
+    own = 3 * math.log(0.3) + 7 * math.log(0.7) + 6 * math.log(0.6) + 4 * math.log(0.4)
+    assert log_null_max(3, 10, 6, 10) == pytest.approx(own, abs=1e-12)
+    pooled = 9 * math.log(0.45) + 11 * math.log(0.55)  # 6/10 against 3/10: on the boundary, at 9/20
+    assert log_null_max(6, 10, 3, 10) == pytest.approx(pooled, abs=1e-12)
+
+
+@pytest.mark.parametrize(("reference", "live", "decision"), [
+    ((80, 100), (0, 10), "wait"),  # below the watch's min_samples (30): however low, wait
+    ((80, 100), (15, 40), "rollback"),  # 38% against 80%: fell by far more than the tolerance, E = 27
+    ((80, 100), (20, 40), "wait"),  # 50%: below 80% - 10 points, but not yet shown (E = 0.5)
+    ((80, 100), (30, 40), "wait"),  # 75%: within the tolerance
+    ((4000, 5000), (1500, 2000), "wait"),  # 75% vs 80%, sure to be lower, but by less than the tolerance
+    ((0, 0), (0, 40), "wait"),  # nothing to compare with
+])
+def test_watch_rule(reference: tuple[int, int], live: tuple[int, int], decision: str) -> None:
+    """Tolerance 0.10, alpha 0.05. Mutants: min_samples ignored; the old point rule (live rate below
+    reference - tolerance rolls back, without evidence); the tolerance ignored (75% of 2000 against 80% of
+    5000 is a fall with E = 22, but one within the tolerance); a reference without episodes compared anyway."""
+    v = judge_watch(_sig("policy-v2", *live), _sig("policy-v1", *reference), CanaryConfig())
+    assert v.decision == decision
+    assert v.figures["reference"] == "policy-v1" and v.figures["reference_n"] == reference[1]
+    assert ("e_fell" in v.figures) == (reference[1] > 0 and live[1] >= 30)  # judged only with both windows
+
+
+def test_the_watch_tolerance_is_exact() -> None:
+    """21/30 is exactly 10 points below 24/30. Mutant: the floor compared in floats (0.8 - 0.1 is
+    0.7000000000000001, so 21/30 = 0.7 counted as below), or the tolerance taken as the binary float
+    just above 1/10."""
+    assert exact_margin(0.1) == Fraction(1, 10) and exact_margin(0.05) == Fraction(1, 20)
+    v = judge_watch(_sig("policy-v2", 21, 30), _sig("policy-v1", 24, 30), CanaryConfig())
+    assert v.figures["within_tolerance"] is True and v.figures["e_fell"] <= 1 and v.decision == "wait"
+    below = judge_watch(_sig("policy-v2", 20, 30), _sig("policy-v1", 24, 30), CanaryConfig())
+    assert below.figures["within_tolerance"] is False
+
+
+class _History:
+    def __init__(self, *events: SimpleNamespace) -> None:
+        self.history = list(events)
+
+
+class _Admin:
+    """The admin calls the watch makes, over a fixed state; decisions are recorded."""
+
+    def __init__(self, serving: str, *history: SimpleNamespace) -> None:
+        self.view = SimpleNamespace(canary=None, serving=serving)
+        self.events = _History(*history)
+        self.decided: list[tuple[str, str]] = []
+
+    def canary(self) -> SimpleNamespace:
+        return self.view
+
+    def versions(self) -> _History:
+        return self.events
+
+    def decide_canary(self, version: str, decision: str, reason: str, figures: dict[str, object]) -> None:
+        self.decided.append((version, decision))
+
+    def close(self) -> None:
+        pass
+
+
+class _Store:
+    """`window_stats` from a table (version, since, until) -> (successes, episodes); every call recorded."""
+
+    def __init__(self, table: dict[tuple[str, datetime, datetime | None], tuple[int, int]]) -> None:
+        self.table = table
+        self.calls: list[tuple[str, datetime, datetime | None]] = []
+
+    def window_stats(self, *, app: str | None, served_version: str, since: datetime,
+                     until: datetime | None = None) -> WindowStats:
+        self.calls.append((served_version, since, until))
+        x, n = self.table.get((served_version, since, until), (0, 0))
+        return WindowStats(total=n, scored=n, with_outcome=n, successes=x, with_feedback=0, mean_feedback=None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_watch_compares_the_promotion_with_the_replaced_version_before_it(tmp_path: Path) -> None:
+    """Mutants: the reference is the promoted version itself (its canary, selected for looking good); the
+    reference window overlaps the live one (no `until`); the live window starts before the promotion."""
+    from trainer._canary import CanaryWatch
+
+    t0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    flip = SimpleNamespace(action="promote", version="policy-v2", previous="policy-v1", at=t0)
+    admin = _Admin("policy-v2", flip)
+    store = _Store({("policy-v2", t0, None): (5, 40), ("policy-v1", t0 - timedelta(hours=1), t0): (160, 200),
+                    ("policy-v2", t0 - timedelta(hours=1), t0): (40, 40)})
+    watch = CanaryWatch("sqlite://", lambda: cast(Any, admin), runs_dir=tmp_path, now=lambda: t0 + timedelta(minutes=10))
+    watch._store = cast(Any, store)
+    verdict = watch.tick()
+    assert verdict is not None and verdict.decision == "rollback" and admin.decided == [("policy-v2", "rollback")]
+    assert sorted(store.calls, key=str) == sorted([("policy-v2", t0, None), ("policy-v1", t0 - timedelta(hours=1), t0)],
+                                                  key=str)
+    assert (verdict.figures["reference"], verdict.figures["reference_n"], verdict.figures["live_n"]) == ("policy-v1", 200, 40)
+    assert verdict.figures["gate_success"] is None  # no run measured it: shown when there is one, never decided on
+
+
+def test_the_watch_ends_with_its_window_and_needs_a_version_to_restore(tmp_path: Path) -> None:
+    """Mutants: the watch runs on after `window_s`; a promotion with nothing before it is judged anyway."""
+    from trainer._canary import CanaryWatch
+
+    t0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    late = CanaryWatch("sqlite://", lambda: cast(Any, _Admin("policy-v2", SimpleNamespace(
+        action="promote", version="policy-v2", previous="policy-v1", at=t0))), runs_dir=tmp_path,
+        now=lambda: t0 + timedelta(hours=2))
+    late._store = cast(Any, _Store({}))
+    assert late.tick() is None
+    first = CanaryWatch("sqlite://", lambda: cast(Any, _Admin("policy-v1", SimpleNamespace(
+        action="promote", version="policy-v1", previous=None, at=t0))), runs_dir=tmp_path,
+        now=lambda: t0 + timedelta(minutes=1))
+    first._store = cast(Any, _Store({}))
+    assert first.tick() is None
 
 
 def test_live_signal_falls_back_to_ratings_on_both_sides() -> None:
@@ -277,6 +462,88 @@ def test_bad_canary_config_is_one_line() -> None:
         CanaryConfig(min_samples=50, max_samples=10)
 
 
+# ---- edges found by mutation testing (scripts/mutation.sh canary) --------------------------------------------
+@pytest.mark.parametrize("kwargs", [{"alpha": 0.0}, {"alpha": 1.0}, {"poll_s": 0.0}, {"min_samples": 0}])
+def test_canary_config_refuses_its_bounds(kwargs: dict[str, Any]) -> None:
+    """Mutants (mutmut trainer._canary.xǁCanaryConfigǁ__post_init____mutmut_3/4/5/10): alpha 0 or 1 accepted
+    (an e-value threshold of infinity or 1: never decides, or decides on no evidence); poll_s 0 accepted."""
+    from trainer import ConfigError
+
+    with pytest.raises(ConfigError):
+        CanaryConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"window_s": -1.0}, {"tolerance": 1.0}, {"min_samples": 0}])
+def test_watch_config_refuses_its_bounds(kwargs: dict[str, Any]) -> None:
+    """Mutants (mutmut trainer._canary.xǁWatchConfigǁ__post_init____mutmut_1/2/10/11): `and` for `or` between
+    the checks, a tolerance of 1 (or up to 2) accepted: a margin the null never leaves, no rollback ever."""
+    from trainer import ConfigError
+    from trainer._canary import WatchConfig
+
+    with pytest.raises(ConfigError):
+        WatchConfig(**kwargs)
+
+
+def test_the_configs_accept_their_edges() -> None:
+    """Mutants (mutmut trainer._canary.xǁCanaryConfigǁ__post_init____mutmut_7/8/9/11,
+    xǁWatchConfigǁ__post_init____mutmut_3/4/5/6/9): min_samples 1, min_samples == max_samples, poll_s below 1,
+    window_s 0 and tolerance 0 refused although valid."""
+    from trainer._canary import WatchConfig
+
+    CanaryConfig(alpha=0.5, min_samples=1, max_samples=1, poll_s=0.5)
+    WatchConfig(window_s=0.0, min_samples=1, tolerance=0.0)
+    WatchConfig(window_s=0.5, min_samples=1, tolerance=0.5)
+
+
+def test_every_verdict_names_the_version_it_decides_on() -> None:
+    """Mutants (mutmut trainer._canary.x_judge_canary__mutmut_43/88/99/110/120,
+    x_judge_watch__mutmut_74/85/130): a verdict for version None (the gateway would act on no version)."""
+    for cand, serv in [((29, 29), (2, 29)), ((27, 30), (10, 30)), ((5, 30), (20, 30)), ((16, 30), (15, 30)),
+                       ((205, 400), (200, 400))]:
+        assert judge_canary(_sig("policy-v2", *cand), _sig("policy-v1", *serv), CanaryConfig()).version == "policy-v2"
+    for ref, live in [((0, 0), (0, 40)), ((80, 100), (0, 10)), ((80, 100), (30, 40))]:
+        assert judge_watch(_sig("policy-v2", *live), _sig("policy-v1", *ref), CanaryConfig()).version == "policy-v2"
+
+
+def test_the_watch_waits_without_live_episodes() -> None:
+    """Mutant (mutmut trainer._canary.x_judge_watch__mutmut_10): `live.n == 1` for `live.n == 0` in the
+    tolerance check, which then divides 0 by 0 right after a promotion."""
+    v = judge_watch(_sig("policy-v2", 0, 0), _sig("policy-v1", 24, 30), CanaryConfig())
+    assert v.decision == "wait" and v.figures["within_tolerance"] is True
+
+
+def test_a_side_without_ratings_has_no_episodes_of_its_version() -> None:
+    """Mutants (mutmut trainer._canary.x_live_signals__mutmut_23/43): the feedback signal's version dropped,
+    a side without ratings counted as 1 success of 0 episodes."""
+    no_ratings = WindowStats(total=10, scored=10, with_outcome=10, successes=7, with_feedback=0, mean_feedback=None)
+    rated = WindowStats(total=10, scored=10, with_outcome=0, successes=0, with_feedback=10, mean_feedback=0.5)
+    a, b = live_signals(("v2", no_ratings), ("v1", rated))
+    assert (a.version, a.successes, a.n) == ("v2", 0, 0) and b.version == "v1"
+
+
+def test_the_sequential_helpers_at_their_edges() -> None:
+    """Mutants (mutmut trainer._sequential.): x_log_threshold__mutmut_3/4/5 (alpha 0 or 1 accepted),
+    x_log_null_max__mutmut_15/16 (margin 1 accepted), x_log_null_max__mutmut_18/20/22 (`and` for `or`, 1 for 0
+    in the empty-side checks), x_log_mixture__mutmut_24/26 (an underflowed tail: log(0) raises, or +inf: certain
+    "better" from data that say "worse"), x_e_figure__mutmut_2/8/9/11, x_p_figure__mutmut_5,
+    x__loglik_max__mutmut_2/10, x__loglik__mutmut_6/9/11/16/21/22/23 (0 log 0 = 0, -inf for an impossible count)."""
+    from trainer._sequential import _loglik, _loglik_max, e_figure, log_threshold, p_figure
+
+    for alpha in (0.0, 1.0):
+        with pytest.raises(ValueError, match="alpha"):
+            log_threshold(alpha)
+    with pytest.raises(ValueError, match="margin"):
+        log_null_max(1, 2, 1, 2, margin=1)
+    assert log_null_max(0, 0, 3, 5) == pytest.approx(_loglik_max(3, 5))
+    assert log_null_max(1, 1, 0, 1) == pytest.approx(2 * math.log(0.5))  # pooled: 1 of 2 at p = 1/2
+    assert log_mixture(0, 2000, 2000, 2000) == -math.inf
+    assert e_figure(-math.inf) == 0.0 and e_figure(1000.0) == math.exp(690.0)
+    assert p_figure(0.5) == math.exp(-0.5) and p_figure(0.0) == 1.0
+    assert _loglik_max(0, 0) == 0.0
+    assert _loglik(3, 10, 0.3) == pytest.approx(3 * math.log(0.3) + 7 * math.log(0.7))
+    assert _loglik(1, 1, 0.0) == -math.inf and _loglik(0, 1, 1.0) == -math.inf and _loglik(1, 2, 1.0) == -math.inf
+
+
 def test_canary_settings_come_from_looplift_toml_then_flags(tmp_path: Path) -> None:
     from trainer import ConfigError, canary_config, load_config
 
@@ -290,6 +557,7 @@ def test_canary_settings_come_from_looplift_toml_then_flags(tmp_path: Path) -> N
         load_config(path)
 
 
+@pytest.mark.slow
 def test_a_job_with_canary_set_starts_a_canary_instead_of_promoting(tmp_path: Path, db_url: str) -> None:
     from _jobsteps import FakeGateway, add_trajectories, plus_one_suite, quick_step
 

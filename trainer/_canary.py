@@ -10,26 +10,51 @@ neither server nor trainer. Layers stay as they are: trainer -> server (AdminCli
 
 Each `tick()` (every `poll_s`, in `trainer canary watch`, `looplift up`, or the retrain scheduler):
 
-| state                                      | rule (defaults)                                             | action           |
-|--------------------------------------------|-------------------------------------------------------------|------------------|
-| canary running, either side < min_samples  | wait (30 episodes per side since the canary started)        | —                |
-| candidate better, one-sided Fisher p<=alpha| exact test on successes/episodes of the two sides (0.05)    | promote          |
-| candidate worse, one-sided Fisher p<=alpha | the same test, the other side                               | drop             |
-| both sides >= max_samples, undecided       | not shown better live (400 per side)                        | drop             |
-| promoted < watch.window_s ago (any)        | live success since the promotion < baseline - tolerance,    | rollback         |
-|                                            | over >= watch.min_samples episodes (1 h, 30, 0.10)          |                  |
+| state                                       | rule (defaults)                                             | action           |
+|---------------------------------------------|-------------------------------------------------------------|------------------|
+| canary running, either side < min_samples   | wait (30 episodes per side since the canary started)        | —                |
+| candidate better: E(better) >= 1/alpha      | always-valid e-value against "candidate <= serving" (20)    | promote          |
+| candidate worse: E(worse) >= 1/alpha        | the same test against "candidate >= serving"                | drop             |
+| both sides >= max_samples, undecided        | not shown better live (400 per side)                        | drop             |
+| promoted < watch.window_s ago:              | always-valid e-value against "live since the promotion >=   | rollback         |
+| E(fell) >= 1/alpha, live n >= min_samples   | reference - tolerance" (1 h, 30 episodes, 0.10)             |                  |
+
+The e-values are `_sequential.log_e_greater` on the cumulative counts (its docstring has the rule and the
+proof): a uniform prior on "the first rate is higher" over the likelihood maximised under the null. They
+are valid at every look, so polling every 15 s costs nothing in error rate:
+
+* an equal or worse candidate is promoted with probability <= alpha (0.05), whatever the cadence;
+* an equal or better candidate is dropped *as worse* with probability <= alpha (the drop at `max_samples`
+  claims only "not shown better", and is the price of stopping);
+* a promoted version whose live rate is at most `tolerance` below the reference is rolled back with
+  probability <= alpha.
+
+Simulated at one look per episode (`bench/canary_sim.py`, docs/scheduling.md has the table): the
+false-promotion and false-drop rates stay far below alpha at base rates 0.2, 0.5 and 0.8, where the
+repeated Fisher test this replaced promoted an equal candidate about one time in five. The price is
+power: a +10-point candidate is often not shown better within 400 episodes per side.
+
+**The watch's reference** is the replaced version's live signal in the `watch.window_s` before the
+promotion: the same live traffic, the version a rollback would restore, and data that did not decide the
+promotion when the gate promoted directly (after a canary, the serving side's counts were part of the
+decision; a promotion is likelier when they came out low, which biases the watch against rolling back,
+never towards it). It is compared with the promoted version's live signal since the promotion: roll back
+when the evidence that the live rate is more than `tolerance` below the reference reaches 1/alpha. The
+tolerance is exact (`Fraction('0.1')`): 21/30 against 24/30 is within 10 points, not below by float
+noise. What the gate measured offline (another population: the eval suite) is shown in the figures
+(`gate_success`) and decides nothing live. The guarantee assumes the rates are steady over the two
+windows; a traffic mix that shifts at the promotion moves both comparisons.
 
 The signal of a side is its verifier success (episodes with an outcome) when both sides have outcomes,
-else user ratings: a rating r in [-1, 1] counts as (r + 1) / 2 of a success (exact for thumbs up/down).
-The watch's baseline is what the gate measured for the promoted version (the newest run that evaluated
-it), else the candidate's live rate the canary promoted it on. Every decision goes to the gateway
-(`POST /admin/canary/decision`) with its figures, which records it as a `canary` history event (the admin
-API, `looplift status` and the dashboard show it); a decision about a state that changed meanwhile is
-refused there (409) and simply re-judged on the next tick.
+else user ratings: a rating r in [-1, 1] counts as (r + 1) / 2 of a success (exact for thumbs up/down;
+for other ratings the Bernoulli model, and so the guarantee, is an approximation). Every decision goes to
+the gateway (`POST /admin/canary/decision`) with its figures (counts, rates, e-values, the anytime-valid
+p-values 1/E as `p_better` / `p_worse`), which records it as a `canary` history event (the admin API,
+`looplift status` and the dashboard show it); a decision about a state that changed meanwhile is refused
+there (409) and simply re-judged on the next tick.
 
-Deliberately left out: sequential-testing corrections (each tick tests again, so the real false-promotion
-rate is above alpha; `max_samples` bounds how often it looks, and the offline gate has already passed),
-per-slice live comparisons, and ramping the fraction up (start a new canary with a larger one).
+Deliberately left out: per-slice live comparisons, ramping the fraction up (start a new canary with a larger
+one), and spending part of alpha on a final fixed-n test at `max_samples` (more power there, a second rule).
 """
 
 from __future__ import annotations
@@ -37,16 +62,19 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
-
-from sdk import fisher_p
 
 from . import _defaults as D
 from ._interrupt import StopToken
 from ._runs import default_runs_dir, measured_success
+from ._sequential import e_figure, exact_margin, log_e_greater, log_threshold, p_figure
 
 if TYPE_CHECKING:
+    from collector import Store, WindowStats
+    from server import AdminClient, CanaryView
+
     from ._job import JobConfig
 from .errors import ConfigError
 
@@ -56,8 +84,14 @@ Status = Callable[[str], None]
 
 @dataclass(frozen=True)
 class WatchConfig:
-    """The watch after a promotion: for `window_s` seconds, roll back once `min_samples` episodes were served
-    since the promotion and their live success is more than `tolerance` (absolute, 0-1) below the baseline."""
+    """The rollback watch after a promotion (the module docstring's rule).
+
+    window_s: how long after a promotion it watches, and the length of the reference window before it (the
+    replaced version's live episodes in the `window_s` before the promotion); min_samples: live episodes of
+    the promoted version since the promotion before it may roll back; tolerance: how far (absolute, 0-1,
+    read as the decimal written: 0.1 is exactly 1/10) the live rate may fall below the reference before a
+    fall counts as evidence.
+    """
 
     window_s: float = D.CANARY_WATCH_S
     min_samples: int = D.CANARY_WATCH_MIN_SAMPLES
@@ -66,16 +100,18 @@ class WatchConfig:
     def __post_init__(self) -> None:
         if self.window_s < 0 or self.min_samples < 1 or not 0.0 <= self.tolerance < 1.0:
             raise ConfigError(f"canary watch needs window_s >= 0, min_samples >= 1 and tolerance in [0, 1), got "
-                              f"{self.window_s}, {self.min_samples}, {self.tolerance}")
+                              f"{self.window_s}, {self.min_samples}, {self.tolerance}: set `watch`, `watch_min_samples` "
+                              f"and `watch_tolerance` under [canary] in looplift.toml (or the --watch* flags)")
 
 
 @dataclass(frozen=True)
 class CanaryConfig:
     """How the canary watch decides; `[canary]` in `looplift.toml`, flags of `trainer canary watch`.
 
-    alpha: one-sided level of the live exact Fisher test (promote: better with p <= alpha; drop: worse);
-    min_samples: episodes each side needs before any decision; max_samples: both sides this large and still
-    undecided drops the candidate; watch: the rollback watch after a promotion; poll_s: seconds between ticks.
+    alpha: error level of the always-valid tests (promote, drop as worse and roll back when the e-value
+    reaches 1/alpha; each error has probability <= alpha at any polling cadence); min_samples: episodes each
+    side needs before any decision; max_samples: both sides this large and still undecided drops the
+    candidate; watch: the rollback watch after a promotion; poll_s: seconds between ticks.
     """
 
     alpha: float = D.CANARY_ALPHA
@@ -109,15 +145,16 @@ class LiveSignal:
         return self.successes / self.n if self.n else None
 
 
-def live_signals(*windows: tuple[str, Any]) -> list[LiveSignal]:
+def live_signals(*windows: tuple[str, WindowStats]) -> list[LiveSignal]:
     """`(version, collector.WindowStats)` pairs -> one `LiveSignal` each, all on the same signal: verifier
     success when every window has outcomes, else ratings mapped from [-1, 1] to a share of successes."""
     if all(w.with_outcome for _, w in windows):
         return [LiveSignal(v, "success", int(w.successes), int(w.with_outcome)) for v, w in windows]
     out = []
     for v, w in windows:
-        n = int(w.with_feedback) if w.mean_feedback is not None else 0
-        out.append(LiveSignal(v, "feedback", round((w.mean_feedback + 1) / 2 * n) if n else 0, n))
+        mean = w.mean_feedback
+        n = int(w.with_feedback) if mean is not None else 0
+        out.append(LiveSignal(v, "feedback", round((mean + 1) / 2 * n) if mean is not None and n else 0, n))
     return out
 
 
@@ -138,23 +175,27 @@ def _pct(x: Optional[float]) -> str:
 def judge_canary(candidate: LiveSignal, serving: LiveSignal, config: CanaryConfig = CanaryConfig()) -> Verdict:
     """Promote, drop or wait on a running canary (the rule table in the module docstring)."""
     n_min = min(candidate.n, serving.n)
+    threshold = log_threshold(config.alpha)
     figures: dict[str, Any] = {
-        "test": "exact Fisher, one-sided", "signal": candidate.signal, "serving": serving.version,
+        "test": "always-valid e-value", "signal": candidate.signal, "serving": serving.version,
         "candidate_successes": candidate.successes, "candidate_n": candidate.n, "candidate_rate": candidate.rate,
         "serving_successes": serving.successes, "serving_n": serving.n, "serving_rate": serving.rate,
-        "alpha": config.alpha, "min_samples": config.min_samples, "max_samples": config.max_samples,
+        "alpha": config.alpha, "threshold": 1 / config.alpha, "min_samples": config.min_samples,
+        "max_samples": config.max_samples,
     }
     live = (f"live {candidate.signal} {_pct(candidate.rate)} of {candidate.n} vs {_pct(serving.rate)} of {serving.n} "
             f"on {serving.version}")
     if n_min < config.min_samples:
         return Verdict("wait", candidate.version, f"{live}: waiting for {config.min_samples} episodes per side", figures)
-    p_better = fisher_p(candidate.successes, candidate.n, serving.successes, serving.n)
-    p_worse = fisher_p(serving.successes, serving.n, candidate.successes, candidate.n)
-    figures |= {"p_better": p_better, "p_worse": p_worse}
-    tested = f"{live}, p(better)={p_better:.2g} p(worse)={p_worse:.2g} (alpha {config.alpha:g}, exact Fisher)"
-    if p_better <= config.alpha:
+    better = log_e_greater(candidate.successes, candidate.n, serving.successes, serving.n)
+    worse = log_e_greater(serving.successes, serving.n, candidate.successes, candidate.n)
+    figures |= {"e_better": e_figure(better), "e_worse": e_figure(worse),
+                "p_better": p_figure(better), "p_worse": p_figure(worse)}
+    tested = (f"{live}, E(better)={e_figure(better):.3g} E(worse)={e_figure(worse):.3g} (decides at "
+              f"{1 / config.alpha:g}, always-valid)")
+    if better >= threshold:
         return Verdict("promote", candidate.version, f"canary better: {tested}", figures)
-    if p_worse <= config.alpha:
+    if worse >= threshold:
         return Verdict("drop", candidate.version, f"canary worse: {tested}", figures)
     if n_min >= config.max_samples:
         return Verdict("drop", candidate.version,
@@ -162,27 +203,41 @@ def judge_canary(candidate: LiveSignal, serving: LiveSignal, config: CanaryConfi
     return Verdict("wait", candidate.version, f"undecided: {tested}", figures)
 
 
-def judge_watch(live: LiveSignal, baseline: float, baseline_from: str,
-                config: CanaryConfig = CanaryConfig()) -> Verdict:
-    """Roll back or keep a promoted version by its live signal since the promotion (module docstring)."""
+def judge_watch(live: LiveSignal, reference: LiveSignal, config: CanaryConfig = CanaryConfig()) -> Verdict:
+    """Roll back or keep a promoted version: its live signal since the promotion (`live`) against the
+    replaced version's before it (`reference`, same signal), by the module docstring's rule."""
     watch = config.watch
-    floor = baseline - watch.tolerance
-    figures: dict[str, Any] = {"signal": live.signal, "live_successes": live.successes, "live_n": live.n,
-                               "live_rate": live.rate, "baseline": baseline, "baseline_from": baseline_from,
-                               "tolerance": watch.tolerance, "floor": floor, "min_samples": watch.min_samples}
-    what = (f"live {live.signal} {_pct(live.rate)} of {live.n} since the promotion vs {baseline:.0%} measured by "
-            f"{baseline_from} (floor {floor:.0%})")
-    if live.n < watch.min_samples or live.rate is None:
+    margin = exact_margin(watch.tolerance)
+    within = reference.n == 0 or live.n == 0 or (
+        Fraction(live.successes, live.n) >= Fraction(reference.successes, reference.n) - margin)
+    figures: dict[str, Any] = {
+        "test": "always-valid e-value", "signal": live.signal, "live_successes": live.successes, "live_n": live.n,
+        "live_rate": live.rate, "reference": reference.version, "reference_successes": reference.successes,
+        "reference_n": reference.n, "reference_rate": reference.rate, "baseline": reference.rate,
+        "baseline_from": f"{reference.version} live before the promotion", "tolerance": watch.tolerance,
+        "floor": None if reference.rate is None else float(Fraction(reference.successes, reference.n) - margin),
+        "within_tolerance": within, "alpha": config.alpha, "threshold": 1 / config.alpha,
+        "min_samples": watch.min_samples,
+    }
+    what = (f"live {live.signal} {_pct(live.rate)} of {live.n} since the promotion vs {_pct(reference.rate)} of "
+            f"{reference.n} on {reference.version} before it (tolerance {watch.tolerance:g})")
+    if reference.n == 0:
+        return Verdict("wait", live.version, f"{what}: no live episodes of {reference.version} before the promotion "
+                                             f"to compare with", figures)
+    if live.n < watch.min_samples:
         return Verdict("wait", live.version, f"{what}: waiting for {watch.min_samples} episodes", figures)
-    if live.rate < floor:
-        return Verdict("rollback", live.version, f"watch: {what}", figures)
-    return Verdict("wait", live.version, f"holding: {what}", figures)
+    fell = log_e_greater(reference.successes, reference.n, live.successes, live.n, margin)
+    figures |= {"e_fell": e_figure(fell), "p_fell": p_figure(fell)}
+    tested = f"{what}, E(fell)={e_figure(fell):.3g} (decides at {1 / config.alpha:g}, always-valid)"
+    if fell >= log_threshold(config.alpha):
+        return Verdict("rollback", live.version, f"watch: {tested}", figures)
+    return Verdict("wait", live.version, f"holding: {tested}", figures)
 
 
 class CanaryWatch:
     """The decision loop (see the module docstring) against one gateway and one collector database."""
 
-    def __init__(self, db_url: str, admin: Callable[[], Any], *, app: Optional[str] = None,
+    def __init__(self, db_url: str, admin: Callable[[], AdminClient], *, app: Optional[str] = None,
                  runs_dir: Optional[Path] = None, config: CanaryConfig = CanaryConfig(),
                  status: Optional[Status] = None, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         """`admin` makes a `server.AdminClient` (closed after each tick); `app` limits the live episodes to one app."""
@@ -193,7 +248,7 @@ class CanaryWatch:
         self._now = now
         self.token = StopToken()
         self.decisions: list[Verdict] = []
-        self._store: Any = None
+        self._store: Optional[Store] = None
         self._last_wait = ""
 
     @classmethod
@@ -204,12 +259,12 @@ class CanaryWatch:
         return cls(job.collector_db, lambda: _admin(job), app=job.app, runs_dir=job.runs_dir, config=config,
                    status=status)
 
-    def _window(self, version: str, since: datetime) -> Any:
+    def _window(self, version: str, since: datetime, until: Optional[datetime] = None) -> WindowStats:
         if self._store is None:
             from collector import open_store
 
             self._store = open_store(self.db_url)
-        return self._store.window_stats(app=self.app, served_version=version, since=since)
+        return self._store.window_stats(app=self.app, served_version=version, since=since, until=until)
 
     def tick(self) -> Optional[Verdict]:
         """Judge the running canary, else the newest promotion's watch; act on a decision. Returns the verdict
@@ -230,39 +285,32 @@ class CanaryWatch:
         self._say(f"{verdict.decision} {verdict.version}: {verdict.reason}")
         return verdict
 
-    def _judge_running(self, view: Any) -> Verdict:
+    def _judge_running(self, view: CanaryView) -> Verdict:
         c = view.canary
+        assert c is not None  # `tick` judges a running canary only
         cand, serv = live_signals((c.version, self._window(c.version, c.started_at)),
                                   (view.serving, self._window(view.serving, c.started_at)))
         verdict = judge_canary(cand, serv, self.config)
         verdict.figures["fraction"] = c.fraction
         return verdict
 
-    def _judge_promotion(self, admin: Any, view: Any) -> Optional[Verdict]:
+    def _judge_promotion(self, admin: AdminClient, view: CanaryView) -> Optional[Verdict]:
         history = admin.versions().history
         flip = next((h for h in reversed(history) if h.action in ("promote", "rollback", "restore")), None)
         if flip is None or flip.action != "promote" or flip.version != view.serving:
             return None
         if self._now() - flip.at > timedelta(seconds=self.config.watch.window_s):
             return None  # the watch window is over
-        baseline = self._baseline(view.serving, history)
-        if baseline is None:
-            return None
-        [live] = live_signals((view.serving, self._window(view.serving, flip.at)))
-        verdict = judge_watch(live, baseline[0], baseline[1], self.config)
+        if flip.previous is None:
+            return None  # nothing a rollback could restore
+        reference_window = timedelta(seconds=self.config.watch.window_s)
+        live, reference = live_signals((view.serving, self._window(view.serving, flip.at)),
+                                       (flip.previous, self._window(flip.previous, flip.at - reference_window, flip.at)))
+        verdict = judge_watch(live, reference, self.config)
         verdict.figures["promoted_at"] = flip.at.isoformat()
+        measured = measured_success(self.runs_dir, view.serving)  # shown, not decided on: another population
+        verdict.figures["gate_success"] = None if measured is None else measured[0]
         return verdict
-
-    def _baseline(self, version: str, history: list[Any]) -> Optional[tuple[float, str]]:
-        measured = measured_success(self.runs_dir, version)
-        if measured is not None:
-            return measured[0], f"the gate (run {measured[1]})"
-        for h in reversed(history):
-            if h.action == "canary" and h.canary == "promote" and h.version == version and h.figures:
-                rate = h.figures.get("candidate_rate")
-                if isinstance(rate, (int, float)):
-                    return float(rate), "the canary"
-        return None
 
     # ---- running -----------------------------------------------------------------------------------
     def run(self, *, max_decisions: Optional[int] = None) -> None:

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from sdk.infra import cli_fail
+
+if TYPE_CHECKING:
+    from server import AdminClient, CanaryView
+
+_T = TypeVar("_T")
 
 canary_app = typer.Typer(help="Canary: send a share of the alias's traffic to a candidate, and let the watch promote "
                               "or drop it from live outcomes (and roll back a promotion whose live signal falls).",
@@ -29,13 +36,7 @@ _CONFIG = typer.Option(None, "--config", help="looplift.toml to read (default: .
 _JSON = typer.Option(False, "--json", help="Print JSON for machines.")
 
 
-def _fail(msg: str, code: int = 1) -> NoReturn:
-    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
-    console.print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _admin(gateway: Optional[str], token: Optional[str], config: Optional[Path]) -> Any:
+def _admin(gateway: Optional[str], token: Optional[str], config: Optional[Path]) -> AdminClient:
     from server import AdminClient
 
     from ._config import load_config
@@ -45,7 +46,7 @@ def _admin(gateway: Optional[str], token: Optional[str], config: Optional[Path])
     return AdminClient(url, token)
 
 
-def _call(what: Any) -> Any:
+def _call(what: Callable[[], _T]) -> _T:
     """Run `what()`, turning the packages' errors into one line."""
     from server import ServerError
 
@@ -54,10 +55,10 @@ def _call(what: Any) -> Any:
     try:
         return what()
     except (ServerError, TrainerError) as e:
-        _fail(str(e), 2)
+        cli_fail(str(e), 2)
 
 
-def _show(view: Any, as_json: bool) -> None:
+def _show(view: CanaryView, as_json: bool) -> None:
     if as_json:
         print(json.dumps(view.model_dump(mode="json"), indent=2))
         return
@@ -100,13 +101,15 @@ def stop_cmd(gateway: Optional[str] = _GATEWAY, token: Optional[str] = _TOKEN, c
 
 @canary_app.command("watch")
 def watch_cmd(
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="One-sided exact Fisher level (0.05)."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Error level: decide when the always-valid e-value "
+                                                               "reaches 1/alpha (0.05)."),
     min_samples: Optional[int] = typer.Option(None, "--min-samples", help="Live episodes per side before deciding (30)."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Per side; still undecided: drop (400)."),
     watch: Optional[str] = typer.Option(None, "--watch", help="Rollback watch after a promotion (1h)."),
     watch_min_samples: Optional[int] = typer.Option(None, "--watch-min-samples", help="Episodes before a rollback (30)."),
     watch_tolerance: Optional[float] = typer.Option(None, "--watch-tolerance",
-                                                    help="Roll back when live success is this far below the gate (0.10)."),
+                                                    help="Roll back when live success is shown to be more than "
+                                                         "this below the replaced version's (0.10)."),
     poll: Optional[str] = typer.Option(None, "--poll", help="How often to look (15s)."),
     once: bool = typer.Option(False, "--once", help="Judge once, act if decided, print the verdict and exit."),
     db: Optional[str] = typer.Option(None, "--db", help="Collector DB URL (default: [trainer].db, then "
