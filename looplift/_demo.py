@@ -3,12 +3,15 @@
     cycle 0: evaluate the base model (policy-v0) on the held-out tasks
     cycle k: roll out the serving policy on fresh training tasks -> collector (anonymized, scored)
              -> `trainer run` (export verified successes -> LoRA SFT -> gate -> publish/hot-swap)
-    --algo grpo: cycle k spends its rollout budget on online GRPO updates (`trainer.run_cycle`), each a
-             new adapter version the next rollouts use, then the same gate and publish
+    --algo online-grpo: cycle k spends its rollout budget on online GRPO updates (`trainer.run_cycle`),
+             each a new adapter version the next rollouts use, then the same gate and publish (not
+             `trainer run --algo grpo`, which trains offline on an export of stored trajectories)
 
 The gate runs on the demo task's eval suite, `envs.arithmetic_suite` (held-out problems, the
 suite's budget and sampling), exactly as `trainer run --eval envs:arithmetic_suite` would; every
-cycle's record carries the gate's figures (discordant pairs, p-value).
+cycle's record carries the gate's figures (discordant pairs, p-value). The held-out success per cycle
+is the gate's report split (about 30 of the 100 tasks, chosen by task id), which never decides a
+promotion; the gate decides on the other 70.
 
 The stack (vLLM, gateway, collector) is started in this process on free loopback ports with its own
 state directory under `$LOOPLIFT_HOME/demo/<timestamp>`, so a demo never mixes with data from an
@@ -28,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import httpx
 
@@ -39,6 +42,18 @@ from trainer import BaseModelConfig, GRPOConfig, JobConfig, OnlineConfig, SFTCon
 
 from ._model import tiny_model
 from ._stack import Stack, StackConfig
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from sandboxes import SandboxPool
+    from trainer import OnlineGRPO
+
+
+#: `DemoConfig.algo` for online GRPO (rollouts during training). Not "grpo": that is `trainer run --algo grpo`,
+#: offline GRPO on an export, and one name must not mean both.
+ONLINE_GRPO = "online-grpo"
+ALGOS = ("sft", ONLINE_GRPO)
 
 
 @dataclass(frozen=True)
@@ -54,7 +69,7 @@ class DemoConfig:
     base: BaseModelConfig = field(default_factory=BaseModelConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     algo: str = "sft"
-    """"sft" (rejection-sampling SFT per cycle) or "grpo" (online GRPO updates per cycle)."""
+    """"sft" (rejection-sampling SFT per cycle) or "online-grpo" (online GRPO updates per cycle)."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     online: OnlineConfig = field(default_factory=lambda: OnlineConfig(app="demo"))
     task_pool: int = 2000
@@ -68,12 +83,18 @@ class DemoConfig:
     """Called with the running stack's `gateway`, `collector`, `admin_token` and `state` after the last cycle and
     before the stack stops (scripts/dashboard_screenshot.py photographs the dashboard there)."""
 
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f"DemoConfig.algo must be one of {', '.join(ALGOS)}, not {self.algo!r} (online GRPO is "
+                             f"{ONLINE_GRPO!r}; offline GRPO on an export is `trainer run --algo grpo`)")
+
 
 @dataclass
 class CycleRecord:
     cycle: int
     version: str
     held_out_success: float
+    """On the gate's report split (tasks that never decide a promotion)."""
     episodes: int
     exported: int
     train_loss: Optional[float]
@@ -185,14 +206,14 @@ class _Loop:
     """The cycles of one demo run on a started stack."""
 
     config: DemoConfig
-    progress: Any
+    progress: Progress
     gateway_url: str
     admin_token: str
     db_url: str
     model_dir: Path
     state: Path
-    pool: Any
-    client: Any
+    pool: SandboxPool
+    client: sdk.CollectorClient
     records: list[CycleRecord] = field(default_factory=list)
     canary_sent: int = 0
     canary_failed: int = 0
@@ -207,13 +228,16 @@ class _Loop:
         bar = progress.add_task("cycle 0: held-out eval", total=len(suite.tasks))
         res = asyncio.run(evaluate("policy", suite, base_url=self.gateway_url + "/v1", concurrency=cfg.concurrency,
                                    on_episode=lambda _t: progress.advance(bar)))
-        self.records.append(CycleRecord(0, self._serving(), res.success, 0, 0, None, False,
+        # Held-out success is measured on the gate's report split throughout (cycles >= 1: `*_report_success`),
+        # so that the figure for a promoted version never comes from the tasks that selected it.
+        base = res.report_success()
+        self.records.append(CycleRecord(0, self._serving(), res.success if base is None else base, 0, 0, None, False,
                                         round(time.monotonic() - t0, 1)))
-        online = self._online(suite) if cfg.algo == "grpo" else None
+        online = self._online(suite) if cfg.algo == ONLINE_GRPO else None
         for cycle in range(1, cfg.cycles + 1):
             self.records.append(self._cycle(cycle, suite, online))
 
-    def _online(self, suite: Any) -> Any:
+    def _online(self, suite: sdk.EvalSuite) -> OnlineGRPO:
         """GRPO: one learner for the whole run (RL continues its policy; the gate decides what serves), its
         pass-rate estimates kept in the state directory."""
         from envs import training_tasks
@@ -228,15 +252,16 @@ class _Loop:
             sampler=PassRateSampler(self.state / "pass_rates.json", seed=cfg.seed, kind_of=digits),
             version=self._serving(), config=cfg.online, collector=self.client)
 
-    def _cycle(self, cycle: int, suite: Any, online: Any = None) -> CycleRecord:
+    def _cycle(self, cycle: int, suite: sdk.EvalSuite, online: Optional[OnlineGRPO] = None) -> CycleRecord:
         from envs import training_tasks
         from trainer import run_cycle
 
         cfg, progress = self.config, self.progress
         t0 = time.monotonic()
+        # algo="sft": the job's own step. The online branch trains with `OnlineGRPO.job_step` instead (run_cycle).
         job_config = JobConfig(base_model_dir=self.model_dir, collector_db=self.db_url, gateway_url=self.gateway_url,
                                admin_token=self.admin_token, app="demo", eval="envs:arithmetic_suite",
-                               eval_concurrency=cfg.concurrency, sft=cfg.sft, algo=cfg.algo, grpo=cfg.grpo,
+                               eval_concurrency=cfg.concurrency, sft=cfg.sft, algo="sft", grpo=cfg.grpo,
                                runs_dir=self.state / "runs")
         canary = _Canary(self.gateway_url, "policy")
         grpo: dict[str, Any] = {}
@@ -265,7 +290,7 @@ class _Loop:
         progress.update(gate_bar, completed=1, description=f"cycle {cycle}: {job.status} ({job.reason})")
         self.canary_sent += canary.sent
         self.canary_failed += canary.failed
-        success = job.candidate_success if job.promoted else job.serving_success
+        success = job.candidate_report_success if job.promoted else job.serving_report_success  # not the selecting split
         return CycleRecord(cycle, self._serving(), success if success is not None else self.records[-1].held_out_success,
                            spent, job.exported, job.train_loss, job.promoted, round(time.monotonic() - t0, 1),
                            rollout_success=rollout_success, gate=job.reason, gate_figures=job.gate, **grpo)
@@ -276,7 +301,7 @@ class _Loop:
         return AdminClient(self.gateway_url, self.admin_token).versions().serving
 
 
-def digits(task: Any) -> str:
+def digits(task: sdk.Task) -> str:
     """The kind of an arithmetic task for the pass-rate sampler: how many digits it must copy."""
     return str(sum(c.isdigit() for c in str(task.data.get("expression", ""))))
 

@@ -3,7 +3,8 @@
 What it reads, each from the part that owns it (the composition root may ask every part):
 
 - what serves and since when: the gateway's admin API (`/admin/versions`: the alias, its history);
-- the gate figures of the serving version: the trainer's run history (the newest run that measured it);
+- the gate figures of the serving version: the trainer's run history (the newest run that measured it; its
+  held-out success from the gate's report split, which no gate selected on);
 - live success over the last hour: the collector's database (`Store.window_stats`, by served version);
 - pending data since the last retrain: scored trajectories ingested after the newest run's export;
 - the next scheduled run: `[schedule]` in looplift.toml (cron via croniter, new-data, drift);
@@ -21,11 +22,14 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import httpx
 
 from sdk import wire
+
+if TYPE_CHECKING:
+    from collector import Store
 
 #: Live success this far below the gate's measurement is reported as a problem (when no drift is configured).
 LIVE_DROP = 0.10
@@ -172,9 +176,13 @@ class _Status:
         serving = (self.out.get("gateway") or {}).get("serving")
         for rec in reversed(runs):
             side = "candidate" if rec.get("candidate") == serving else "serving" if rec.get("serving") == serving else None
-            if side and rec.get(f"{side}_success") is not None:
-                g = rec.get("gate") or {}
-                self.out["gate"] = {"version": serving, "success": rec[f"{side}_success"], "as": side, "n": g.get("n"),
+            g = rec.get("gate") or {}
+            if side and rec.get(f"{side}_success") is not None and not g.get("errored"):  # errored: measured nothing whole
+                # The report split's figure: the selection split's is what promoted it (biased upward).
+                report = rec.get(f"{side}_report_success")
+                self.out["gate"] = {"version": serving, "success": rec[f"{side}_success"] if report is None else report,
+                                    "as": side, "split": None if report is None else "report", "n_report": g.get("n_report"),
+                                    "n": None if g.get("n") is None else g["n"] + (g.get("n_report") or 0),
                                     "b": g.get("b"), "c": g.get("c"), "p_value": g.get("p_value"),
                                     "run_id": rec.get("run_id"), "status": rec.get("status"),
                                     "finished_at": rec.get("finished_at")}
@@ -221,7 +229,7 @@ class _Status:
         finally:
             store.close()
 
-    def _live(self, store: Any, trainer_cfg: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    def _live(self, store: Store, trainer_cfg: dict[str, Any], runs: list[dict[str, Any]]) -> None:
         now = datetime.now(timezone.utc)
         since = now - timedelta(seconds=self.o.window_s)
         serving = (self.out.get("gateway") or {}).get("serving")
@@ -298,7 +306,9 @@ def render(s: dict[str, Any]) -> list[str]:
         p = "-" if gate.get("p_value") is None else format(gate["p_value"], ".2g")
         how = (f"as the candidate of run {gate['run_id']}, {gate['status']}" if gate["as"] == "candidate" else
                f"as the serving version in run {gate['run_id']}, whose candidate was {gate['status']}")
-        lines.append(f"[bold]gate[/]       {_pct(gate['success'])} held-out success on {gate.get('n') or '?'} tasks, "
+        on = (f"{gate.get('n_report')} report-split tasks (of {gate.get('n') or '?'})" if gate.get("split") == "report"
+              else f"{gate.get('n') or '?'} tasks")
+        lines.append(f"[bold]gate[/]       {_pct(gate['success'])} held-out success on {on}, "
                      f"measured {how} (b={gate.get('b')} c={gate.get('c')} p={p})")
     elif g.get("serving"):
         lines.append(f"[bold]gate[/]       no run measured {g['serving']} yet")

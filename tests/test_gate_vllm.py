@@ -41,7 +41,8 @@ def test_the_gate_refuses_a_candidate_equal_to_the_serving_version(
         assert admin.versions().serving == serving
     assert res.status == "rejected" and res.serving == serving and res.candidate != serving
     g = res.gate
-    assert g is not None and (g["n"], g["b"], g["c"], g["p_value"]) == (24, 0, 0, 1.0)
-    assert res.candidate_success == res.serving_success
+    assert g is not None and (g["n"] + g["n_report"], g["b"], g["c"], g["p_value"]) == (24, 0, 0, 1.0)
+    assert g["tested"] and g["k"] == 1 and g["errors"] == {"candidate": 0, "serving": 0}
+    assert res.candidate_success == res.serving_success and res.candidate_report_success == res.serving_report_success
     # The checker splits the replies, so "no discordant pair" is the seeding at work, not a constant outcome.
     assert 0 < res.serving_success < 1  # type: ignore[operator]

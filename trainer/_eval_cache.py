@@ -7,6 +7,10 @@ kept under `<runs>/eval-cache/<key>.json`, keyed by what decides it: the version
 directory (or the base model for version 0), the suite's name, task ids, budget, sampling, system prompt,
 tool choice and the classes of its environment factory and verifier, and the seed.
 
+Only a clean evaluation is kept: one with a task whose episode kept erroring (`EvalResult.errored`) is
+never written, and an entry that records errors (written before this rule) is never reused, so a
+transient crash is measured again by the next gate instead of blocking (or deciding) every later one.
+
 Deliberately not here: expiry. A suite that keeps its name, tasks and classes but changes what its
 verifier accepts must change its name (or clear the cache directory) to be re-measured.
 """
@@ -38,15 +42,22 @@ def cache_key(version: str, weights: str, suite: EvalSuite, seed: int) -> str:
 
 
 def load(runs_dir: Path, key: str) -> Optional[EvalResult]:
-    """The cached result for `key`, or None (also for an unreadable entry: it is simply measured again)."""
+    """The cached result for `key`, or None: none kept, an unreadable entry, or one that records errors (all
+    simply measured again)."""
     try:
         raw: dict[str, Any] = json.loads((runs_dir / DIR / f"{key}.json").read_text())
+        if raw.get("errors") or raw.get("errored"):  # "errors": the count entries written before the rule kept
+            return None
         return EvalResult(version=raw["version"], suite=raw["suite"], outcomes=raw["outcomes"], slices=raw["slices"],
-                          errors=raw["errors"], seed=raw["seed"])
-    except (OSError, ValueError, KeyError, TypeError):
+                          seed=raw["seed"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def save(runs_dir: Path, key: str, result: EvalResult) -> None:
-    """Keep `result` for `key` (atomically: a reader never sees half an entry)."""
+def save(runs_dir: Path, key: str, result: EvalResult) -> bool:
+    """Keep `result` for `key` (atomically: a reader never sees half an entry); False, keeping nothing, when
+    some task of it errored."""
+    if result.errored:
+        return False
     atomic_write_json(runs_dir / DIR / f"{key}.json", jsonable(result), indent=None)
+    return True

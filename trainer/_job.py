@@ -7,7 +7,10 @@ Cron, a Kubernetes CronJob, `trainer schedule` and the demo call the same functi
     3. nothing new?  same data + algorithm + its config as a decided run -> skipped (idempotence)
     4. train     `TrainStep.train` -> a LoRA adapter (the only algorithm-specific stage)
     5. load      the adapter into the gateway as a new, unserved version (refused -> PublishError)
-    6. gate      candidate and serving version on the app's eval suite, same tasks and seeds (`_gate`)
+    6. gate      candidate and serving version on the app's eval suite, same tasks and seeds (`_gate`): errored
+                 episodes re-run, still erroring -> recorded as failed, naming them (never a decision);
+                 else the app's k-th gate (`_gate_ledger`, recorded before any promotion) tests the
+                 selection split at alpha_k, and the held-out figures come from the report split
     7. promote   only if the gate says so (with `canary` set: start a canary of that share of the traffic
                  instead; the canary watch, `_canary`, then promotes or drops it from live outcomes)
 
@@ -32,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional
 
 from sdk.infra import atomic_write_json
 
@@ -40,17 +43,24 @@ from . import _defaults as D
 from . import _eval_cache as eval_cache
 from ._eval import EvalResult, evaluate, suite_seed
 from ._gate import GateConfig, gate
+from ._gate_ledger import GateLedger
 from ._interrupt import StopToken
 from ._dist import DistConfig
 from ._json import jsonable
 from ._lock import JobLock
 from ._runs import default_runs_dir, last_decided, publish_run
 from sdk import EvalSuite
-from ._steps import JobContext, TrainStep, resolve_train_step
+from ._steps import JobContext, TrainStep
+from ._train_steps import resolve_train_step
 from .errors import JobInterrupted, PublishError
 from .dpo import DPOConfig
 from .grpo import GRPOConfig
 from .sft import SFTConfig
+
+if TYPE_CHECKING:
+    import openai
+
+    from server import AdminClient
 
 Status = Callable[[str], None]
 
@@ -105,7 +115,8 @@ class JobResult:
     run_id: str
     status: str
     """"promoted", "canary" (gate passed, now a canary), "rejected" (the gate said no), "skipped", "interrupted"
-    or "failed"."""
+    or "failed" (a crash, re-raised; or eval episodes that kept erroring, so the gate could not decide: recorded,
+    not raised, and redone by the next trigger)."""
     reason: str
     trigger: str = "manual"
     algo: str = D.ALGO
@@ -122,10 +133,17 @@ class JobResult:
     train_loss: Optional[float] = None
     candidate: Optional[str] = None
     candidate_success: Optional[float] = None
+    """On the gate's selection split (its n, b, c): the figure that selected, biased upward for a promoted one."""
     serving: Optional[str] = None
     serving_success: Optional[float] = None
+    """On the gate's selection split."""
     gate: Optional[dict[str, Any]] = None
-    """The gate's test, n, b/c, p-value, alpha, success rates and per-slice table (`GateDecision.to_dict`)."""
+    """The gate's test, n, b/c, p-value, alpha and alpha_k (the app's k-th gate), success rates on both splits,
+    per-slice table and errored tasks (`GateDecision.to_dict`), the seed, and errors/re-runs per version."""
+    candidate_report_success: Optional[float] = None
+    """On the report split, which never decides: the held-out success to report for the candidate."""
+    serving_report_success: Optional[float] = None
+    """On the report split: the held-out success to report for the serving version."""
 
     @property
     def promoted(self) -> bool:
@@ -165,8 +183,8 @@ def run_job(
     around_promote: Optional[Callable[[], ContextManager[Any]]] = None,
     stop: Optional[StopToken] = None,
     train_step: Optional[TrainStep] = None,
-    admin: Optional[Any] = None,
-    chat_client: Optional[Any] = None,
+    admin: Optional[AdminClient] = None,
+    chat_client: Optional[openai.AsyncOpenAI] = None,
 ) -> JobResult:
     """Run one retrain job and record it (see the module docstring); returns what it did.
 
@@ -233,8 +251,8 @@ class _Run:
     suite: EvalSuite
     partial: JobResult
     token: StopToken
-    admin: Optional[Any]
-    chat_client: Optional[Any]
+    admin: Optional[AdminClient]
+    chat_client: Optional[openai.AsyncOpenAI]
     around_promote: Optional[Callable[[], ContextManager[Any]]]
     stage: str = "starting"
 
@@ -276,12 +294,20 @@ class _Run:
         self._enter(f"gate: {candidate} vs {serving} on {len(self.suite.tasks)} tasks of suite {self.suite.name!r}",
                     candidate=candidate, serving=serving)
         cand, serv = asyncio.run(self._evaluate_both(candidate, serving, weights))
-        decision = gate(cand.outcomes, serv.outcomes, slices=cand.slices, config=cfg.gate)
-        self.partial = dataclasses.replace(self.partial, candidate_success=cand.success,
-                                           serving_success=serv.success,
-                                           gate=decision.to_dict() | {"seed": cand.seed,
-                                                                      "errors": {"candidate": cand.errors,
-                                                                                 "serving": serv.errors}})
+        ledger = GateLedger(default_runs_dir(cfg.runs_dir), cfg.app)
+        with ledger.locked() as k:
+            decision = gate(cand.outcomes, serv.outcomes, slices=cand.slices, config=cfg.gate, k=k,
+                            candidate_errors=cand.errored, serving_errors=serv.errored)
+            if decision.tested:  # spent before any promotion (`_gate_ledger`)
+                ledger.record(decision, ctx.run_id)
+        self.partial = dataclasses.replace(
+            self.partial, candidate_success=decision.candidate_success, serving_success=decision.serving_success,
+            candidate_report_success=decision.candidate_report_success,
+            serving_report_success=decision.serving_report_success,
+            gate=decision.to_dict() | {"seed": cand.seed, "errors": {"candidate": cand.errors, "serving": serv.errors},
+                                       "retried": {"candidate": cand.retried, "serving": serv.retried}})
+        if decision.errored:  # no decision: not "rejected", so the next trigger redoes the run
+            return dataclasses.replace(self.partial, status="failed", reason=f"gate could not decide: {decision.reason}")
         if not decision.promote:
             return dataclasses.replace(self.partial, status="rejected", reason=decision.reason)
         if cfg.canary is not None:
@@ -309,15 +335,15 @@ class _Run:
             if cached is not None:  # gated before on this suite and seed (usually: last run's candidate)
                 return cached
             # One version after the other: each gets the whole machine, and a stop lands between them too.
-            res = await evaluate(version, self.suite, base_url=base_url, seed=seed,  # type: ignore[arg-type]
-                                 concurrency=cfg.eval_concurrency, on_episode=tick, client=self.chat_client)
-            eval_cache.save(runs, key, res)
+            res = await evaluate(version, self.suite, base_url=base_url, seed=seed, concurrency=cfg.eval_concurrency,
+                                 on_episode=tick, client=self.chat_client, retries=cfg.gate.retries)
+            eval_cache.save(runs, key, res)  # keeps nothing when a task errored: measured again next time
             return res
 
         return await measure(candidate), await measure(serving)
 
 
-def _admin(config: JobConfig) -> Any:
+def _admin(config: JobConfig) -> AdminClient:
     from server import AdminClient
 
     return AdminClient(config.gateway_url, config.admin_token)

@@ -29,6 +29,7 @@ from typing import Any, Optional
 from sdk import looplift_home
 
 from ._eval_cache import DIR as EVAL_CACHE_DIR
+from ._gate_ledger import DIR as GATE_LEDGER_DIR
 
 #: Runs that decided on their data: the same inputs again are "nothing new".
 DECIDED = ("promoted", "canary", "rejected")
@@ -66,7 +67,7 @@ def list_runs(runs: Path) -> list[dict[str, Any]]:
     if not runs.is_dir():
         return []
     out: list[dict[str, Any]] = []
-    for d in sorted(p for p in runs.iterdir() if p.is_dir() and p.name != EVAL_CACHE_DIR):
+    for d in sorted(p for p in runs.iterdir() if p.is_dir() and p.name not in (EVAL_CACHE_DIR, GATE_LEDGER_DIR)):
         result = _read(d / "result.json")
         if result is not None:
             out.append(result)
@@ -82,6 +83,7 @@ def list_runs(runs: Path) -> list[dict[str, Any]]:
 
 def last_decided(runs: Path, input_key: str) -> Optional[dict[str, Any]]:
     """The newest promoted/rejected run whose inputs (data + algorithm + its config) had `input_key`."""
+    rec: dict[str, Any]
     for rec in reversed(list_runs(runs)):
         if rec.get("status") in DECIDED and rec.get("input_key") == input_key:
             return rec
@@ -98,12 +100,20 @@ def last_export_time(runs: Path) -> Optional[datetime]:
 
 
 def measured_success(runs: Path, version: str) -> Optional[tuple[float, str]]:
-    """What the newest gate measured for `version` (as candidate or as serving version), and the run id."""
+    """What the newest gate measured for `version` (as candidate or as serving version), and the run id: its
+    report-split figure (the one no gate selected on), else (runs recorded before the split, a suite with no
+    report task) `*_success`.
+    A gate whose episodes kept erroring measured nothing whole and is passed over."""
     for rec in reversed(list_runs(runs)):
-        if rec.get("candidate") == version and rec.get("candidate_success") is not None:
-            return float(rec["candidate_success"]), str(rec["run_id"])
-        if rec.get("serving") == version and rec.get("serving_success") is not None:
-            return float(rec["serving_success"]), str(rec["run_id"])
+        if (rec.get("gate") or {}).get("errored"):
+            continue
+        for side in ("candidate", "serving"):
+            if rec.get(side) != version:
+                continue
+            figure = rec.get(f"{side}_report_success")
+            figure = rec.get(f"{side}_success") if figure is None else figure
+            if figure is not None:
+                return float(figure), str(rec["run_id"])
     return None
 
 

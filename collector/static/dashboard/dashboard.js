@@ -138,11 +138,13 @@ function drawVersions(v) {
     // Along the bottom, staggered: the points (high success) sit near the top.
     if (h.action !== "load") svg.append(s("text", { x: hx + 3, y: 300 - m.b - 6 - 13 * (row++ % 4), fill: c }, `${h.action}${h.canary ? ` ${h.canary}` : ""} ${h.version}`));
   }
-  // The gate-measured success of whatever served, as a step line.
+  // The held-out success of whatever served, as a step line: the gate's report split (which never selects),
+  // else, for runs recorded before the split existed, the figure the gate decided on.
   const steps = [];
   for (const r of runs) {
     const at = x(Date.parse(r.finished_at || r.at));
-    const served = r.status === "promoted" ? r.candidate_success : r.serving_success;
+    const served = r.status === "promoted" ? (r.candidate_report_success ?? r.candidate_success)
+                                           : (r.serving_report_success ?? r.serving_success);
     if (served !== null && served !== undefined) steps.push([at, y(served)]);
   }
   if (steps.length) {
