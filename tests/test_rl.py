@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from _resources import needs
 
 from envs import held_out_tasks, training_tasks
 from sdk import Outcome, StepResult, Task, Trajectory
@@ -109,6 +110,7 @@ def test_dpo_refuses_lines_without_a_pair(tmp_path: Path, looplift_model_dir: Pa
 
 
 @pytest.fixture(scope="module")
+@needs("model_build")
 def learner_factory(looplift_model_dir: Path) -> Any:
     def make(**kw: Any) -> GRPOLearner:
         return GRPOLearner(looplift_model_dir, GRPOConfig(**{"minibatch": 8, "epochs": 1, **kw}))
@@ -322,6 +324,7 @@ def _pairs_file(path: Path, tasks: list[Task]) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.model_build
 def test_dpo_learns_a_synthetic_preference_measured_on_held_out_prompts(tmp_path: Path) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -357,9 +360,17 @@ def test_looplift_toml_sets_the_rl_configs_and_names_unknown_keys(tmp_path: Path
     from trainer import ConfigError, job_config, load_config
 
     path = tmp_path / "looplift.toml"
-    path.write_text("[trainer]\nalgo = \"grpo\"\n[grpo]\nlr = 5e-4\nmax_staleness = 2\n[dpo]\nbeta = 0.2\n")
+    path.write_text("[trainer]\nalgo = \"grpo\"\n[grpo]\nlr = 5e-4\nmax_staleness = 2\ndual_clip = 4\n"
+                    "[dpo]\nbeta = 0.2\nreference = \"base\"\n")
     job = job_config(load_config(path))
-    assert (job.algo, job.grpo.lr, job.grpo.max_staleness, job.dpo.beta) == ("grpo", 5e-4, 2, 0.2)
+    assert (job.algo, job.grpo.lr, job.grpo.max_staleness, job.grpo.dual_clip, job.dpo.beta, job.dpo.reference) == (
+        "grpo", 5e-4, 2, 4, 0.2, "base")
+    path.write_text("[dpo]\nreference = 1\n")
+    with pytest.raises(ConfigError, match=r"\[dpo\].reference must be str, not int"):
+        load_config(path)
+    path.write_text("[grpo]\ndual_clip = 1.1\n")
+    with pytest.raises(ConfigError, match=r"dual_clip\) = 1.1 must exceed 1 \+ clip_high"):
+        job_config(load_config(path))
     path.write_text("[grpo]\nclip = 0.3\n")
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \[grpo\].clip"):
         load_config(path)
@@ -388,12 +399,13 @@ def test_the_serving_version_is_not_evaluated_again_on_the_same_suite_and_seed(t
     asked.clear()
     second = run_job(job, suite=plus_one_suite(40), train_step=quick_step, admin=gw.admin(), chat_client=gw.chat())
     # policy-v1 was measured on these 40 tasks and seeds when it was the candidate: only policy-v2 is asked.
-    assert second.status == "promoted" and asked == ["policy-v2"] * 40
-    assert (second.serving_success, second.candidate_success) == (0.75, 1.0)
+    # (Its 6 more selection tasks, p = 1/64, do not pass the app's second gate: alpha_2 = 0.0076.)
+    assert second.status == "rejected" and asked == ["policy-v2"] * 40
+    assert (second.serving_success, second.candidate_success) == (first.candidate_success, 1.0)
     add_trajectories(db_url, 4, start=16)
     asked.clear()
     third = run_job(job, suite=plus_one_suite(20), train_step=quick_step, admin=gw.admin(), chat_client=gw.chat())
-    assert third.serving == "policy-v2" and asked.count("policy-v2") == 20  # another suite: measured again
+    assert third.serving == "policy-v1" and asked.count("policy-v1") == 20  # another suite: measured again
     # The cache lives beside the runs but is not one: `trainer runs` lists exactly the three runs.
     from trainer import list_runs
 

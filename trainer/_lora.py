@@ -1,10 +1,11 @@
 """The LoRA pieces every algorithm shares: a peft model over the base weights, and saving an adapter.
 
-SFT and DPO start each run from a fresh adapter (a retrain is a pure function of base, data and
-config); GRPO continues the adapter that generated its rollouts (`init_adapter`), because its
-importance ratio compares the policy being trained with the one that sampled. Either way the result
-is a plain peft directory that vLLM loads as it is, written atomically with the resolved config
-beside it (`looplift_<algo>.json`). Deliberately not here: quantized bases, DoRA, multi-GPU sharding.
+SFT starts each run from a fresh adapter (a retrain is a pure function of base, data and config);
+GRPO continues the adapter that generated its rollouts (`init_adapter`), because its importance ratio
+compares the policy being trained with the one that sampled, and DPO by default continues the serving
+adapter, its reference (`DPOConfig.reference`). Either way the result is a plain peft directory that
+vLLM loads as it is, written atomically with the resolved config beside it (`looplift_<algo>.json`).
+Deliberately not here: quantized bases, DoRA, multi-GPU sharding.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def lora_model(
 
     base = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=dtype)
     if device is not None:
-        base = base.to(device)
+        # transformers decorates `to` with functools.wraps, whose stub does not bind `self`: a false positive.
+        base = base.to(device)  # type: ignore[arg-type]
     if init_adapter is not None:
         return PeftModel.from_pretrained(base, str(init_adapter), is_trainable=True)
     cfg = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")

@@ -1,7 +1,9 @@
 """The DPO and GRPO train steps of the retrain job (`trainer run --algo dpo|grpo`), beside SFT's.
 
     dpo   export --format dpo  (every scored trajectory; user corrections as chosen)
-          -> `train_dpo`: a fresh adapter over the base, the base as DPO's reference
+          -> `train_dpo`: continues the serving version's adapter, which produced the pairs and is DPO's
+          reference (`DPOConfig.reference = "serving"`, the default); a fresh adapter over the base, the base
+          as reference, with `reference = "base"` or when the serving version is the base model itself
     grpo  export --format grpo (every scored trajectory, grouped by task and prompt, with vLLM's ids)
           -> `train_grpo`: continues the serving version's adapter, because the importance ratio compares
           the policy being trained with the one that sampled; an episode's staleness is counted in gateway
@@ -14,7 +16,7 @@ the online loop's step (rollouts during training) is `OnlineGRPO.job_step`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ._steps import JobContext, TrainData, Trained, TrainStep
 
@@ -33,9 +35,22 @@ def _export(fmt: str) -> Callable[[JobContext], TrainData]:
 def _dpo_train(ctx: JobContext, data: TrainData) -> Trained:
     from .dpo import train_dpo
 
-    res = train_dpo(ctx.config.base_model_dir, data.path, ctx.run_dir / "adapter", ctx.config.dpo,
+    cfg = ctx.config
+    serving, init = _serving_adapter(ctx) if cfg.dpo.reference == "serving" else (None, None)
+    res = train_dpo(cfg.base_model_dir, data.path, ctx.run_dir / "adapter", cfg.dpo, init_adapter=init,
                     progress=lambda *_: ctx.check_stop())
-    return Trained(res.adapter_dir, res.train_loss, res.pairs, {"accuracy": res.accuracy, "seconds": res.seconds})
+    return Trained(res.adapter_dir, res.train_loss, res.pairs, {"accuracy": res.accuracy, "seconds": res.seconds,
+                                                                "init": serving if init is not None else None})
+
+
+def _serving_adapter(ctx: JobContext) -> tuple[str, Optional[Path]]:
+    """The serving version's name and its adapter directory (None: it is the base model)."""
+    from server import AdminClient
+
+    with AdminClient(ctx.config.gateway_url, ctx.config.admin_token) as admin:
+        view = admin.versions()
+    serving = next(v for v in view.versions if v.name == view.serving)
+    return serving.name, Path(serving.adapter_path) if serving.adapter_path else None
 
 
 def _grpo_train(ctx: JobContext, data: TrainData) -> Trained:

@@ -1,11 +1,22 @@
 """GRPO with LoRA on the exact tokens vLLM sampled, off-policy corrected with its behaviour logprobs.
 
-For each group of G episodes on one prompt with rewards r_1..r_G:
+For each group of G episodes on one prompt with rewards r_1..r_G, and each sampled token of episode i:
 
-    A_i    = (r_i - mean(r)) / (std(r) + 1e-4)                 advantage, shared by every token of episode i
-    ratio  = exp(log pi_theta(tok) - log pi_behaviour(tok))     per sampled token; behaviour = vLLM's logprob
-    L_tok  = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)  [+ beta * KL_k3(pi_theta || pi_base)]
-    loss   = sum(L_tok * mask) / sum(mask)                     token mean over the minibatch (mask = sampled tokens)
+    A      = (r_i - mean(r)) / (std(r) + 1e-4)                           (B, 1)    same for every token of episode i
+    ratio  = exp(log pi_theta(tok) - log pi_behaviour(tok))               (B, T-1)  behaviour = vLLM's logprob
+    J_ppo  = min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)   (B, T-1)  PPO's clipped objective
+    J      = max(J_ppo, c * A)  where A < 0,  J_ppo elsewhere             (B, T-1)  dual clip, c = `dual_clip` (3)
+    L_tok  = -J  [+ beta * KL_k3(pi_theta || pi_base)]                    (B, T-1)
+    loss   = sum(L_tok * mask) / sum(mask)                                ()        token mean; mask = sampled tokens
+
+The dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games"; verl's `clip_ratio_c`) bounds
+the one branch PPO leaves open: for A < 0 the min picks ratio * A once ratio > 1 + eps_high, so a token
+the policy now likes far more than the sampler did (a stale episode, a rare token) adds ratio * |A| to the
+loss, without bound, with a gradient growing as fast. With the dual clip it adds at most c * |A|, and no
+gradient. Per update, `clip_frac` is the fraction of sampled tokens whose objective took the clipped
+branch clip(ratio) * A (the min chose it: the token's gradient is zero), and `dual_clip_frac` the fraction
+that took c * A; a token whose ratio is out of range but whose min chose ratio * A (PPO's pessimistic side)
+is in neither.
 
 Groups whose rewards are all equal have A = 0 everywhere: they are dropped before the forward pass
 (counted as `dropped_uniform`), so compute goes only to groups that carry signal. Episodes generated
@@ -21,7 +32,8 @@ The ratio assumes the sampling server's logprobs are of the distribution it samp
 
 Left out, on purpose: a value function (GRPO has none), reward models (rewards come from verifiers and
 user feedback), length penalties, sequence packing, multiple GPUs (FSDP comes with the multi-GPU issue),
-and a learning-rate schedule (an online learner has no known horizon; the rate is constant).
+and a learning-rate schedule (an online learner has no known horizon; the rate is constant); a dual clip
+for A > 0 (the min already bounds those tokens at (1 + eps_high) * A).
 """
 
 from __future__ import annotations
@@ -36,10 +48,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import torch
 from transformers import AutoTokenizer
 
+from . import _defaults as D
 from ._lora import lora_model, save_adapter
 from ._rollouts import Group, load_grpo_jsonl
 from ._tokens import TokenRow, episode_rows, pad_rows, token_logprobs
-from .errors import TrainingDataError
+from .errors import ConfigError, TrainingDataError
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,9 @@ class GRPOConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     """Upper clip (DAPO's clip-higher: lets rare good tokens grow faster than bad ones shrink)."""
+    dual_clip: float = D.GRPO_DUAL_CLIP
+    """c of the dual clip: a token with a negative advantage adds at most c * |A| to the loss, whatever its
+    ratio. Must exceed 1 + clip_high (below, it would cut inside PPO's trust region); 0 turns it off."""
     max_staleness: int = 1
     """Drop episodes sampled more than this many updates before the policy being trained."""
     kl_beta: float = 0.0
@@ -66,6 +82,12 @@ class GRPOConfig:
     """Make a turn that does not extend the previous turn's ids an error instead of its own row."""
     max_grad_norm: float = 1.0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dual_clip and self.dual_clip <= 1 + self.clip_high:
+            raise ConfigError(f"GRPOConfig.dual_clip ([grpo] dual_clip) = {self.dual_clip} must exceed 1 + clip_high = "
+                              f"{1 + self.clip_high}: set it above that (the default is {D.GRPO_DUAL_CLIP}), or to 0 to "
+                              "turn the dual clip off")
 
 
 @dataclass
@@ -84,6 +106,9 @@ class UpdateStats:
     optimizer_steps: int = 0
     loss: Optional[float] = None
     clip_frac: Optional[float] = None
+    """Sampled tokens whose objective took the clipped branch clip(ratio) * A (zero gradient), mean over steps."""
+    dual_clip_frac: Optional[float] = None
+    """Sampled tokens (A < 0) whose objective took the dual clip's c * A (zero gradient), mean over steps."""
     behaviour_gap: Optional[float] = None
     """Mean |log pi_theta - log pi_behaviour| on the first minibatch: ~0 when the trainer and the server agree."""
     kl: Optional[float] = None
@@ -107,6 +132,52 @@ def advantages(rewards: Sequence[float]) -> list[float]:
     mean = statistics.fmean(rewards)
     std = statistics.pstdev(rewards)
     return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """One minibatch's loss and what it measured (the floats are token means over the mask, detached)."""
+
+    loss: torch.Tensor
+    clip_frac: float
+    dual_clip_frac: float
+    kl: Optional[float]
+    gap: float
+    """Mean |log pi_theta - log pi_behaviour|."""
+
+
+def grpo_loss(logp: torch.Tensor, behaviour: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, cfg: GRPOConfig,
+              ref: Optional[torch.Tensor] = None) -> LossTerms:
+    """The loss of the module docstring. `logp`, `behaviour`, `mask` and `ref` (the base model's logprobs,
+    needed when `cfg.kl_beta` > 0) are (B, T-1) and aligned (`token_logprobs`: position t-1 scores token t);
+    `adv` is (B, 1)."""
+    ratio = torch.exp(logp - behaviour)  # (B, T-1)
+    unclipped = ratio * adv  # (B, T-1)
+    clipped = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high) * adv  # (B, T-1)
+    j_ppo = torch.minimum(unclipped, clipped)  # (B, T-1)
+    if cfg.dual_clip:
+        floor = cfg.dual_clip * adv  # (B, 1)
+        dual = (adv < 0) & (floor > j_ppo)  # (B, T-1) bool: the dual clip's branch is taken
+        j = torch.where(dual, floor.expand_as(j_ppo), j_ppo)  # (B, T-1); = max(j_ppo, c * A) where A < 0
+    else:
+        dual = torch.zeros_like(j_ppo, dtype=torch.bool)  # (B, T-1)
+        j = j_ppo  # (B, T-1)
+    per_tok = -j  # (B, T-1)
+    denom = mask.sum().clamp(min=1)  # ()
+    kl_val = None
+    if cfg.kl_beta > 0:
+        if ref is None:
+            raise ValueError("grpo_loss: kl_beta > 0 needs the reference logprobs `ref`")
+        d = ref - logp  # (B, T-1)
+        k3 = torch.exp(d) - d - 1  # (B, T-1), >= 0
+        per_tok = per_tok + cfg.kl_beta * k3  # (B, T-1)
+        kl_val = float((k3.detach() * mask).sum() / denom)
+    loss = (per_tok * mask).sum() / denom  # ()
+    with torch.no_grad():
+        took_clip = (clipped < unclipped).float()  # (B, T-1): the min chose clip(ratio) * A
+        return LossTerms(loss=loss, clip_frac=float((took_clip * mask).sum() / denom),
+                         dual_clip_frac=float((dual.float() * mask).sum() / denom), kl=kl_val,
+                         gap=float(((logp - behaviour).abs() * mask).sum() / denom))
 
 
 @dataclass
@@ -164,7 +235,7 @@ class GRPOLearner:
     def _train(self, rows: list[_Row], stats: UpdateStats, on_step: Optional[Callable[[], None]]) -> None:
         cfg = self.config
         self.model.train()
-        losses, clips, kls = [], [], []
+        losses, clips, duals, kls = [], [], [], []
         for _ in range(cfg.epochs):
             order = list(range(len(rows)))
             self._rng.shuffle(order)
@@ -172,47 +243,34 @@ class GRPOLearner:
                 if on_step is not None:
                     on_step()
                 mb = [rows[j] for j in order[i:i + cfg.minibatch]]
-                loss, clip, kl, gap = self._loss(mb)
+                terms = self._loss(mb)
                 self.opt.zero_grad(set_to_none=True)
-                loss.backward()
+                terms.loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 self.opt.step()
                 stats.optimizer_steps += 1
-                losses.append(loss.item())
-                clips.append(clip)
-                if kl is not None:
-                    kls.append(kl)
+                losses.append(terms.loss.item())
+                clips.append(terms.clip_frac)
+                duals.append(terms.dual_clip_frac)
+                if terms.kl is not None:
+                    kls.append(terms.kl)
                 if stats.behaviour_gap is None:
-                    stats.behaviour_gap = gap
+                    stats.behaviour_gap = terms.gap
         self.model.eval()
         stats.loss = statistics.fmean(losses)
         stats.clip_frac = statistics.fmean(clips)
+        stats.dual_clip_frac = statistics.fmean(duals)
         stats.kl = statistics.fmean(kls) if kls else None
 
-    def _loss(self, mb: list[_Row]) -> tuple[torch.Tensor, float, Optional[float], float]:
-        cfg = self.config
+    def _loss(self, mb: list[_Row]) -> LossTerms:
         batch = {k: v.to(self.device) for k, v in pad_rows([r.row for r in mb], self.tokenizer.pad_token_id).items()}
-        ids, attn = batch["input_ids"], batch["attention_mask"]
+        ids, attn = batch["input_ids"], batch["attention_mask"]  # (B, T), (B, T)
         mask = batch["loss_mask"][:, 1:].float()  # (B, T-1): position t-1 scores token t
         beh = batch["behaviour"][:, 1:]  # (B, T-1)
         adv = torch.tensor([r.advantage for r in mb], device=self.device).unsqueeze(1)  # (B, 1)
         logp = token_logprobs(self.model, ids, attn)  # (B, T-1)
-        ratio = torch.exp(logp - beh)  # (B, T-1)
-        clipped = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)
-        per_tok = -torch.minimum(ratio * adv, clipped * adv)  # (B, T-1)
-        kl_val = None
-        if cfg.kl_beta > 0:
-            ref = self._ref_logprobs(mb, ids, attn)  # (B, T-1), no grad
-            d = ref - logp
-            k3 = torch.exp(d) - d - 1  # (B, T-1), >= 0
-            per_tok = per_tok + cfg.kl_beta * k3
-            kl_val = float((k3.detach() * mask).sum() / mask.sum())
-        denom = mask.sum().clamp(min=1)
-        loss = (per_tok * mask).sum() / denom
-        with torch.no_grad():
-            clip_frac = float((((ratio - clipped).abs() > 1e-6).float() * mask).sum() / denom)
-            gap = float(((logp - beh).abs() * mask).sum() / denom)
-        return loss, clip_frac, kl_val, gap
+        ref = self._ref_logprobs(mb, ids, attn) if self.config.kl_beta > 0 else None  # (B, T-1), no grad
+        return grpo_loss(logp, beh, adv, mask, self.config, ref)
 
     def _ref_logprobs(self, mb: list[_Row], ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         # The base model's logprobs never change: computed once per row, then reused across epochs.
