@@ -6,8 +6,11 @@ Tools, OpenAI's format end to end: when the environment exposes `tools`, they ar
 request; each tool call of an assistant message is executed by `env.step_tool(call)` as one `Step`, and
 its observation goes back as a `tool` message with the call's id. A turn without tool calls goes to
 `env.step(text)`. Every assistant turn keeps the token ids and logprobs the server returned (vLLM's
-`return_token_ids` and `logprobs`) so RL trainers need not re-tokenize. Every request of an episode carries
-`X-Looplift-Session: <trajectory id>`, so a gateway canary serves the whole episode from one version.
+`return_token_ids` and `logprobs`) so RL trainers need not re-tokenize, and the sampling parameters it was
+generated with (`TurnTokens.sampling`: the `Sampling` sent, `extra_body` included, with the server's defaults
+for the rest when a looplift gateway names its generation config), so they can tell on-policy logprobs.
+Every request of an episode carries `X-Looplift-Session: <trajectory id>`, so a gateway canary serves the
+whole episode from one version.
 
 Many episodes run concurrently on one event loop (bounded by `concurrency`); environment calls run in
 worker threads because sandboxes block. With `policy=` a function writes the assistant messages instead
@@ -32,7 +35,8 @@ import openai
 
 from . import _defaults, wire
 from ._env import Environment, StepResult, Verifier
-from ._types import EndReason, Message, Outcome, Step, Task, ToolCall, ToolCallFunction, Trajectory, TurnTokens, new_id
+from ._types import (EndReason, Message, Outcome, SamplingRecord, Step, Task, ToolCall, ToolCallFunction, Trajectory,
+                     TurnTokens, new_id)
 from .errors import ConfigError, GenerationError
 
 if TYPE_CHECKING:
@@ -126,14 +130,17 @@ async def _generate(ctx: _Ctx, task: Task, messages: list[Message], seed: Option
         kwargs["tools"] = tools
         if ctx.tool_choice is not None:
             kwargs["tool_choice"] = ctx.tool_choice
+    # What the request asks of the sampler, as the server reads the body (`extra_body` is merged into it).
+    asked = {"temperature": ctx.sampling.temperature, "top_p": ctx.sampling.top_p, **ctx.sampling.extra_body, **kwargs}
     try:
-        resp = await ctx.client.chat.completions.create(
+        raw = await ctx.client.chat.completions.with_raw_response.create(
             model=ctx.model,
             messages=[m.model_dump(exclude_none=True) for m in messages],  # type: ignore[misc]
             temperature=ctx.sampling.temperature, top_p=ctx.sampling.top_p, max_tokens=max_tokens,
             logprobs=ctx.sampling.logprobs or None, extra_body=extra or None,
             extra_headers={wire.SESSION_HEADER: session}, **kwargs,
         )
+        resp = raw.parse()
     except openai.NotFoundError as e:
         raise GenerationError(f"model {ctx.model!r} is not served here: {e.message}") from e
     except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
@@ -153,9 +160,11 @@ async def _generate(ctx: _Ctx, task: Task, messages: list[Message], seed: Option
             calls.append(ToolCall(id=c.id, function=ToolCallFunction(name=fn.name, arguments=fn.arguments)))
     msg = Message(role="assistant", content=choice.message.content, tool_calls=calls or None)
     completion_ids = extra_choice.get("token_ids")
+    # A looplift gateway says which defaults its vLLM filled in for what `asked` left out; another server does not.
+    sampling = SamplingRecord.from_request(asked, raw.headers.get(wire.GENERATION_CONFIG_HEADER))
     turn = TurnTokens(message_index=len(messages), prompt_token_ids=extra_resp.get("prompt_token_ids"),
                       completion_token_ids=completion_ids, completion_logprobs=logprobs,
-                      finish_reason=choice.finish_reason)
+                      finish_reason=choice.finish_reason, sampling=sampling)
     used = resp.usage.completion_tokens if resp.usage is not None else len(completion_ids or logprobs or [])
     return msg, resp.model, (turn, used)
 

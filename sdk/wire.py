@@ -39,6 +39,11 @@ Response headers (sent by the gateway on `/v1/chat/completions` and `/v1/complet
 `X-Looplift-Replica` (`REPLICA_HEADER`)
     The vLLM replica that answered (its URL), when the gateway spreads over replicas. Read by: operators and
     tests.
+`X-Looplift-Generation-Config` (`GENERATION_CONFIG_HEADER`)
+    The `--generation-config` of the vLLMs behind the gateway (`GatewaySettings.generation_config`: "vllm",
+    "auto", or a directory; left out when it is not printable ASCII): which defaults vLLM filled in for the
+    sampling parameters a request left out. Read by: `sdk.run` / `sdk.arun`, into each turn's
+    `TurnTokens.sampling` (`SamplingRecord.generation_config`; None without the header).
 
 Trajectory metadata keys (`Trajectory.metadata`)
 ------------------------------------------------
@@ -94,6 +99,7 @@ __all__ = [
     "CAPTURE_HEADER",
     "CAPTURE_OFF",
     "EXCHANGES_KEY",
+    "GENERATION_CONFIG_HEADER",
     "KEY_ID_KEY",
     "REPLICA_HEADER",
     "RESPONSE_IDS_KEY",
@@ -122,6 +128,7 @@ CAPTURE_HEADER = "X-Looplift-Capture"
 CAPTURE_OFF = "off"
 VERSION_HEADER = "X-Looplift-Version"
 REPLICA_HEADER = "X-Looplift-Replica"
+GENERATION_CONFIG_HEADER = "X-Looplift-Generation-Config"
 API_KEY_HEADER = "X-API-Key"
 
 # ---- trajectory metadata keys ---------------------------------------------------------------------------

@@ -164,7 +164,7 @@ class Capture:
 
     def _capture(self, ex: Exchange) -> None:
         reply = parse_sse_answer(ex.chunks) if ex.chunks else parse_json_answer(ex.body)
-        traj = self._book.trajectory(ex, reply, self.settings.capture_app)
+        traj = self._book.trajectory(ex, reply, self.settings.capture_app, self.settings.generation_config)
         self.client.submit(traj)
         self._sent.inc()
 

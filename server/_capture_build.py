@@ -8,16 +8,19 @@ it relayed anyway. Two steps:
    included), finish reason, usage, the completion's `id`, and the token ids and logprobs when vLLM
    returned them (`return_token_ids`, `logprobs`). With `n > 1` the first choice is the reply and the
    others are kept in the metadata as `alternatives`.
-2. **The trajectory** (`SessionBook.trajectory`): the request's messages plus the reply. Exchanges with the
-   same `X-Looplift-Session` (and API key and app) are one conversation: since an OpenAI client re-sends the
-   whole history with every request, the newest exchange's messages already hold every turn, and the
-   trajectory is re-sent under the same id after each exchange with `metadata.looplift_revision` set to its
-   message count; the collector keeps the longest (`collector._capture_rows`). The book remembers each
-   session's earlier turns so the token ids and logprobs of every assistant turn, not only the last, reach
-   the collector. A request whose history does not extend the session's conversation (the user started
-   over) starts a new trajectory: the id hashes the session with the conversation's opening messages. A
-   gateway restart forgets the book: the next exchange still replaces the stored trajectory (same id, more
-   messages), only the token ids of the turns before the restart are missing from it.
+2. **The trajectory** (`SessionBook.trajectory`): the request's messages plus the reply; the reply's turn
+   records the request's sampling parameters (`TurnTokens.sampling`), with the defaults vLLM filled in for the
+   ones it left out when the gateway's vLLM runs `--generation-config vllm`
+   (`GatewaySettings.generation_config`). Exchanges with the same `X-Looplift-Session` (and API key and app)
+   are one conversation: since an OpenAI client re-sends the whole history with every request, the newest
+   exchange's messages already hold every turn, and the trajectory is re-sent under the same id after each
+   exchange with `metadata.looplift_revision` set to its message count; the collector keeps the longest
+   (`collector._capture_rows`). The book remembers each session's earlier turns so the token ids and logprobs
+   of every assistant turn, not only the last, reach the collector. A request whose history does not extend
+   the session's conversation (the user started over) starts a new trajectory: the id hashes the session with
+   the conversation's opening messages. A gateway restart forgets the book: the next exchange still replaces
+   the stored trajectory (same id, more messages), only the token ids of the turns before the restart are
+   missing from it.
 
 Without a session header each exchange is its own trajectory, its id derived from the completion's id.
 The task id is `X-Looplift-Task`, else a hash of the opening messages (so identical prompts group for
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from sdk import Message, ToolCall, ToolCallFunction, Trajectory, TurnTokens
+from sdk import Message, SamplingRecord, ToolCall, ToolCallFunction, Trajectory, TurnTokens
 from sdk import wire
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
@@ -246,14 +249,17 @@ class SessionBook:
                 return
             del self._sessions[key]
 
-    def trajectory(self, ex: Exchange, reply: Reply, default_app: str) -> Trajectory:
-        """The trajectory that `ex` (answered by `reply`) makes, or grows (see the module docstring)."""
+    def trajectory(self, ex: Exchange, reply: Reply, default_app: str,
+                   generation_config: Optional[str] = None) -> Trajectory:
+        """The trajectory that `ex` (answered by `reply`) makes, or grows (see the module docstring);
+        `generation_config` is the vLLM `--generation-config` that answered (None: unknown)."""
         app = (ex.app or default_app)[:128]
         history = request_messages(ex.fields.get("messages"))
         messages = history + [reply.message]
         turn = TurnTokens(message_index=len(history), prompt_token_ids=reply.prompt_token_ids,
                           completion_token_ids=reply.token_ids, completion_logprobs=reply.logprobs,
-                          finish_reason=reply.finish_reason)
+                          finish_reason=reply.finish_reason,
+                          sampling=SamplingRecord.from_request(ex.fields, generation_config))
         exchange = {"response_id": reply.response_id, "latency_ms": round(ex.latency_s * 1000, 2), "stream": ex.stream,
                     "finish_reason": reply.finish_reason, "usage": reply.usage, "at": _utc(ex.started_at).isoformat()}
         prompt = _prompt_hash(messages)

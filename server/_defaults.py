@@ -49,6 +49,9 @@ MAX_LORA_RANK = 8
 MAX_LORAS = 4
 #: vLLM `--tool-call-parser`: "auto" reads it from the model's chat template (`_tools`).
 TOOL_CALL_PARSER = "auto"
+#: vLLM `--generation-config`: "vllm" samples a parameter a request leaves out with vLLM's neutral default
+#: (temperature 1, top_p 1, no top_k / min_p / penalties), not the model's generation_config.json.
+GENERATION_CONFIG = "vllm"
 #: `VLLM_CPU_KVCACHE_SPACE`, GiB; ignored on a GPU.
 CPU_KVCACHE_GIB = 1.0
 #: vLLM CPU takes ~40 s to become healthy on the 2-core dev machine; leave ample headroom.

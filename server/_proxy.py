@@ -9,7 +9,8 @@ metric label lookups as most of the gateway's cost). One request is:
    requests while a canary runs) and hold a lease on it;
 3. forward the client's bytes, with only `model` rewritten, to vLLM (`_upstream.Upstream`);
 4. relay the answer: a JSON answer whole, an SSE stream chunk by chunk as vLLM produces it (byte for byte);
-   both carry `x-looplift-version`, and the `model` field vLLM writes names the version that answered;
+   both carry `x-looplift-version` (and `x-looplift-generation-config`), and the `model` field vLLM writes
+   names the version that answered;
 5. release the lease and count the request, however it ended: answered, vLLM failed, client gone.
 
 Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`). A client that disconnects
@@ -59,6 +60,7 @@ ENDPOINTS = {CHAT: "messages", "/v1/completions": "prompt"}
 # Header names of the wire contract (`sdk.wire`), as ASGI scopes and answers spell them.
 _VERSION_HEADER = wire.asgi_header(wire.VERSION_HEADER)
 _REPLICA_HEADER = wire.asgi_header(wire.REPLICA_HEADER)
+_GENERATION_CONFIG_HEADER = wire.asgi_header(wire.GENERATION_CONFIG_HEADER)
 _SESSION_HEADER = wire.asgi_header(wire.SESSION_HEADER)
 #: The OpenAI-shaped error body every looplift HTTP API answers with; `_gateway` imports it by this name.
 error_payload = wire.error_body
@@ -95,6 +97,10 @@ class Proxy:
         self.keys = keys if keys is not None else KeyRing(settings.api_keys)
         #: Set when capture is on (`Gateway.connect_collector`); the hook is `_capture.Capture.begin/finish`.
         self.capture: Optional[Capture] = None
+        gen = settings.generation_config
+        #: Sent with every answer: which defaults vLLM sampled what a request left out with (`sdk.wire`).
+        self.served_with: tuple[tuple[bytes, bytes], ...] = (
+            ((_GENERATION_CONFIG_HEADER, gen.encode()),) if gen.isascii() and gen.isprintable() else ())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint: str = scope["path"]
@@ -145,7 +151,7 @@ class Proxy:
                         receive: Receive, send: Send, tee: Optional[Exchange] = None) -> None:
         """Forward to vLLM and relay the answer; the lease is released and the request counted on every exit."""
         version = lease.version
-        headers = ((_VERSION_HEADER, version.encode()),)
+        headers = ((_VERSION_HEADER, version.encode()), *self.served_with)
         status: Optional[str] = "client_closed"  # what a cancellation (client gone, shutdown) leaves behind
         try:
             status = await self._forward(self.upstream, endpoint, body.with_model(version), headers, receive, send,
@@ -272,7 +278,7 @@ class RoutedProxy(Proxy):
                         "see GET /admin/replicas).", code="upstream_unavailable"), ((_VERSION_HEADER, version.encode()),))
                     break
                 tried.append(r)
-                headers = ((_VERSION_HEADER, version.encode()), (_REPLICA_HEADER, r.url.encode()))
+                headers = ((_VERSION_HEADER, version.encode()), (_REPLICA_HEADER, r.url.encode()), *self.served_with)
                 r.in_flight += 1
                 try:
                     status = await self._forward(r.upstream, endpoint, payload, headers, receive, send,

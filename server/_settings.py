@@ -72,6 +72,11 @@ class GatewaySettings:
     replica_health_interval_s: float = D.REPLICA_HEALTH_INTERVAL_S
     #: Largest LoRA rank vLLM was started with (`--max-lora-rank`); bigger adapters are refused up front.
     max_lora_rank: int = D.MAX_LORA_RANK
+    #: The `--generation-config` of the vLLMs behind the gateway ("vllm", "auto", or a directory): local ones are
+    #: started with it (`looplift server start` / `up`), ones started elsewhere (`--upstream`) must have been, since
+    #: vLLM does not say. Captured turns record it, and answers carry it (`X-Looplift-Generation-Config`) so the
+    #: SDK's turns do too: it says which defaults vLLM sampled the parameters a request left out with.
+    generation_config: str = D.GENERATION_CONFIG
     #: Capture every `/v1/chat/completions` exchange as collector data (`_capture`); needs a collector.
     capture: bool = False
     #: Ids (`_auth.key_id`, `k-...`) of API keys whose traffic is captured even when `capture` is off.

@@ -35,10 +35,10 @@ from typing import Callable, Literal, Mapping, Optional
 
 import httpx
 
+from sdk import looplift_home
 from sdk.infra import TiedProcess, spawn_tied
 
 from . import _defaults as D
-from ._settings import looplift_home
 from ._tools import resolve_tool_parser
 from .errors import VLLMDiedError, VLLMStartError
 
@@ -74,7 +74,14 @@ class VLLMConfig:
     #: `tool_choice` work: "auto" picks it from the model's chat template (`_tools.detect_tool_parser`), None
     #: or "none" leaves tool calls off, any other value is passed to vLLM as it is (e.g. "hermes", "pythonic").
     tool_call_parser: Optional[str] = D.TOOL_CALL_PARSER
-    #: Extra CLI arguments appended verbatim (explicit escape hatch, not covered by compatibility).
+    #: vLLM `--generation-config`: the defaults of the sampling parameters a request leaves out. "vllm" (the
+    #: default) is vLLM's neutral ones (temperature 1, top_p 1, no top_k / min_p / penalties), so a request that
+    #: names none samples from the model's own distribution, whose logprobs GRPO's importance ratio needs;
+    #: "auto" uses the model's `generation_config.json` (e.g. temperature 0.6, top_k 20), or give a directory
+    #: holding one. Captured turns record it (`sdk.SamplingRecord.generation_config`).
+    generation_config: str = D.GENERATION_CONFIG
+    #: Extra CLI arguments appended verbatim (explicit escape hatch, not covered by compatibility; a
+    #: `--generation-config` there is refused: set `generation_config`, which the gateway records).
     extra_args: tuple[str, ...] = ()
     #: Extra environment variables for the vLLM process.
     env: Mapping[str, str] = field(default_factory=dict)
@@ -87,6 +94,11 @@ class VLLMConfig:
     #: Pay vLLM's slow first generation (~30 s of one-time warm-up on the CPU build) before returning, so the
     #: first real request does not (tests, benchmarks, and a replica restarted behind a gateway).
     warm_up: bool = False
+
+    def __post_init__(self) -> None:
+        if any(a == "--generation-config" or a.startswith("--generation-config=") for a in self.extra_args):
+            raise ValueError("pass generation_config=... (looplift server start --generation-config), not "
+                             "--generation-config in extra_args: captured turns record which one vLLM applies")
 
 
 def free_port(host: str = D.HOST) -> int:
@@ -141,6 +153,7 @@ def build_command(config: VLLMConfig, port: int, on_gpu: bool) -> tuple[list[str
         "--enable-lora",
         "--max-lora-rank", str(config.max_lora_rank),
         "--max-loras", str(config.max_loras),
+        "--generation-config", config.generation_config,
     ]
     parser = resolve_tool_parser(config.tool_call_parser, Path(config.model_dir))
     if parser is not None and "--tool-call-parser" not in config.extra_args:

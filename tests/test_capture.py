@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from collector import CollectorSettings, open_store, serve_in_thread
+from sdk import SamplingRecord
 from server import GatewaySettings, key_id, start_gateway_in_thread
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -115,6 +116,11 @@ def test_a_session_is_one_captured_trajectory_and_feedback_finds_it(stack: dict[
     assert t.metadata["response_ids"] == [ids[0], ids[-1]]
     turn = t.turns[0]
     assert turn.completion_token_ids and len(turn.completion_logprobs) == len(turn.completion_token_ids)
+    # Each turn records its request's sampling, with the defaults of the gateway's vLLM (--generation-config vllm).
+    assert [x.sampling for x in t.turns] == [
+        SamplingRecord.from_request({"temperature": 0, "tools": [LOOKUP], "tool_choice": NAMED}, "vllm"),
+        SamplingRecord.from_request({}, "vllm")]
+    assert t.turns[0].sampling.constraints == ["tool_choice=named"]  # type: ignore[union-attr]
     assert t.metadata["usage"]["completion_tokens"] > 0
     fb = httpx.post(f"{stack['gw'].url}/v1/feedback", json={"response_id": ids[0], "rating": 1, "text": "thanks"},
                     headers={"Authorization": f"Bearer {ALICE}"})
