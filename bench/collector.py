@@ -173,7 +173,7 @@ def start_server(db_url: str, log: Path, workers: int = 1, src: Path = ROOT) -> 
     """`collector serve --workers N` of the source tree `src` on a free port."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(src), "LOOPLIFT_COLLECTOR_KEYS": KEY, "LOOPLIFT_COLLECTOR_DB": db_url}
-    cmd = [sys.executable, "-m", "collector._cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--db", db_url,
+    cmd = [sys.executable, "-m", "collector.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--db", db_url,
            "--workers", str(workers)]
     with log.open("ab") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=src)

@@ -29,7 +29,7 @@ import hmac
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -45,6 +45,9 @@ from . import _defaults
 from ._store import Store, open_store
 from ._settings import CollectorSettings
 from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
+
+if TYPE_CHECKING:
+    from ._langfuse import LangfuseExporter
 
 #: The error `code` of an `HTTPException`'s answer, by status (the collector's own errors name their own).
 _HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
@@ -179,7 +182,7 @@ def _answer_errors(app: FastAPI) -> None:
 
 
 def create_app(settings: CollectorSettings | None = None, *, store: Store | None = None,
-               langfuse: Any = None) -> FastAPI:
+               langfuse: LangfuseExporter | None = None) -> FastAPI:
     """The collector's FastAPI app. Opens (and migrates) the store now unless one is given.
 
     Args:

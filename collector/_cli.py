@@ -13,13 +13,15 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
+
+from sdk.infra import cli_fail, print_table
 
 from . import _defaults
 from .errors import CollectorError, ConfigError, UnsupportedFormatError
@@ -42,20 +44,15 @@ LANGFUSE_DATASET = "langfuse-dataset"
 _DB_HELP = "Database URL (default: $LOOPLIFT_COLLECTOR_DB or sqlite:///$LOOPLIFT_HOME/collector.db)."
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    _err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
-    raise typer.Exit(code)
-
-
 def _guard(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except (ConfigError, UnsupportedFormatError) as e:
-        _fail(str(e), 2)
+        cli_fail(str(e), 2)
     except CollectorError as e:
-        _fail(str(e), 1)
+        cli_fail(str(e), 1)
     except (OSError, SQLAlchemyError) as e:  # disk full, permissions, database gone
-        _fail(f"{type(e).__name__}: {str(e).splitlines()[0]}", 1)
+        cli_fail(f"{type(e).__name__}: {str(e).splitlines()[0]}", 1)
 
 
 def _settings(db: str | None) -> Any:
@@ -70,7 +67,7 @@ def _parse_time(value: str | None, flag: str) -> datetime | None:
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        _fail(f"{flag} {value!r} is not an ISO date/time; use e.g. 2025-01-31 or 2025-01-31T12:00:00Z", 2)
+        cli_fail(f"{flag} {value!r} is not an ISO date/time; use e.g. 2025-01-31 or 2025-01-31T12:00:00Z", 2)
 
 
 @app.command()
@@ -188,11 +185,11 @@ def export_cmd(
     to_langfuse = format == LANGFUSE_DATASET
     if to_langfuse:
         if settings.langfuse is None:
-            _fail("--format langfuse-dataset needs Langfuse's settings: set LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY "
-                  "and LANGFUSE_HOST", 2)
+            cli_fail("--format langfuse-dataset needs Langfuse's settings: set LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY "
+                     "and LANGFUSE_HOST", 2)
         format = "sft"  # the dataset is the curated sft export, pushed item by item
     elif dataset is not None:
-        _fail("--dataset goes with --format langfuse-dataset", 2)
+        cli_fail("--dataset goes with --format langfuse-dataset", 2)
     t_since, t_until = _parse_time(since, "--since"), _parse_time(until, "--until")
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=_err, transient=True,
@@ -299,7 +296,7 @@ def stats(
     for group, items in (("app", s.by_app), ("version", s.by_served_version)):
         for name, g in items.items():
             table.add_row(group, name, str(g.total), str(g.with_outcome), str(g.successes), fmt(g.mean_reward))
-    _out.print(table)
+    print_table(_out, table)
     src = ", ".join(f"{k} {v}" for k, v in s.score_sources.items())
     _out.print(f"score from: {src} (quality model applied to {s.quality_scored})", highlight=False)
     qm = s.quality_model
@@ -329,7 +326,7 @@ def _parse_where(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value:
-            _fail(f"--where {item!r} is not KEY=VALUE (e.g. --where user_id=u-42)", 2)
+            cli_fail(f"--where {item!r} is not KEY=VALUE (e.g. --where user_id=u-42)", 2)
         out[key.strip()] = value
     return out
 
@@ -357,7 +354,7 @@ def purge(
     from ._store import open_store
 
     if older_than is None and not where:
-        _fail("give --older-than DURATION and/or --where KEY=VALUE; purge never deletes everything", 2)
+        cli_fail("give --older-than DURATION and/or --where KEY=VALUE; purge never deletes everything", 2)
     delta = _guard(lambda: parse_duration(older_than)) if older_than is not None else None
     before = datetime.now(timezone.utc) - delta if delta is not None else None
     match = _parse_where(where)
@@ -417,7 +414,7 @@ def anonymize(
                 raise TypeError("`text` must be a string")
         except (ValueError, KeyError, TypeError) as e:
             sys.stdout.flush()
-            _fail(f'stdin line {n}: expected a JSON object with a string "text" field ({type(e).__name__}: {e})', 2)
+            cli_fail(f'stdin line {n}: expected a JSON object with a string "text" field ({type(e).__name__}: {e})', 2)
         out, entities = anonymizer.text(text)
         ents = [{"type": e.kind, "start": e.start, "end": e.end} for e in entities]
         sys.stdout.write(json.dumps({"text": out, "entities": ents}) + "\n")

@@ -56,7 +56,8 @@ class Clusterer:
             return np.zeros(0, dtype=np.int64)
         x = self._tfidf(texts)
         d = (self.centroids**2).sum(axis=1)[None, :] - 2 * np.asarray(x @ self.centroids.T)  # (N, K) minus |x|^2
-        return d.argmin(axis=1)
+        nearest: np.ndarray = d.argmin(axis=1)
+        return nearest
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready parameters."""

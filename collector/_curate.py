@@ -13,13 +13,14 @@ features; scoring walks the table in id-ordered pages of `SCORE_BATCH_SIZE` rows
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 from scipy import sparse
+from sqlmodel import col
 
 from . import _cluster, _defaults, _quality
 from ._schema import TrajectoryRow
@@ -48,14 +49,15 @@ class ScoreReport:
         return asdict(self)
 
 
-def _pages(store: Store, cols: list[Any], where: Any, batch: int) -> Any:
+def _pages(store: Store, cols: list[sa.SQLColumnExpression[Any]], where: sa.ColumnElement[bool],
+           batch: int) -> Iterator[Sequence[sa.Row[*tuple[Any, ...]]]]:
     """Yield lists of rows (id first) in id order, one short query per page."""
     t = TrajectoryRow
     last: str | None = None
     while True:
-        q = sa.select(t.id, *cols).where(where)
+        q = sa.select(col(t.id), *cols).where(where)
         if last is not None:
-            q = q.where(t.id > last)
+            q = q.where(col(t.id) > last)
         with store.engine.connect() as conn:
             page = conn.execute(q.order_by(t.id).limit(batch)).all()
         if page:
@@ -65,10 +67,11 @@ def _pages(store: Store, cols: list[Any], where: Any, batch: int) -> Any:
             return
 
 
-def _recent(store: Store, cols: list[Any], where: Any, limit: int, batch: int) -> Any:
+def _recent(store: Store, cols: list[sa.SQLColumnExpression[Any]], where: sa.ColumnElement[bool], limit: int,
+            batch: int) -> Iterator[Sequence[sa.Row[*tuple[Any, ...]]]]:
     """Yield pages of the `limit` most recently ingested rows matching `where`."""
     t = TrajectoryRow
-    q = sa.select(*cols).where(where).order_by(t.created_at.desc(), t.id.desc()).limit(limit)
+    q = sa.select(*cols).where(where).order_by(col(t.created_at).desc(), col(t.id).desc()).limit(limit)
     with store.engine.connect() as conn:
         res = conn.execution_options(stream_results=True, yield_per=batch).execute(q)
         yield from res.partitions(batch)
@@ -77,7 +80,8 @@ def _recent(store: Store, cols: list[Any], where: Any, limit: int, batch: int) -
 def _fit_quality(store: Store, batch: int) -> tuple[int | None, _quality.FitResult | str]:
     t = TrajectoryRow
     nums, words, labels, tasks = [], [], [], []
-    for page in _recent(store, [t.task_id, t.success, t.data], t.success.is_not(None), _defaults.QUALITY_MAX_TRAIN, batch):
+    cols: list[sa.SQLColumnExpression[Any]] = [col(t.task_id), col(t.success), col(t.data)]
+    for page in _recent(store, cols, col(t.success).is_not(None), _defaults.QUALITY_MAX_TRAIN, batch):
         n, w = _quality.featurize([json.loads(r[2]) for r in page])
         nums.append(n)
         words.append(w)
@@ -95,7 +99,7 @@ def _fit_quality(store: Store, batch: int) -> tuple[int | None, _quality.FitResu
 def _fit_clusters(store: Store, k: int, batch: int) -> tuple[int | None, _cluster.Clusterer | None]:
     t = TrajectoryRow
     parts = [_cluster.counts([trajectory_text(json.loads(r[0])) for r in page])
-             for page in _recent(store, [t.data], sa.true(), _defaults.CLUSTER_FIT_ROWS, batch)]
+             for page in _recent(store, [col(t.data)], sa.true(), _defaults.CLUSTER_FIT_ROWS, batch)]
     if not parts:
         return None, None
     x = sparse.vstack(parts).tocsr()
@@ -146,13 +150,13 @@ def _score(store: Store, retrain: bool, k: int, batch: int, progress: Callable[[
     clusterer = _cluster.Clusterer.from_json(json.loads(crow.params)) if crow is not None else None
 
     # Rows to (re)score: all after a refit of that model, else only the ones it has not seen.
-    need_q = sa.true() if refit_q else t.quality.is_(None)
-    need_c = sa.true() if refit_c else t.cluster.is_(None)
+    need_q = sa.true() if refit_q else col(t.quality).is_(None)
+    need_c = sa.true() if refit_c else col(t.cluster).is_(None)
     where = sa.or_(need_q if quality is not None else sa.false(), need_c if clusterer is not None else sa.false())
-    stmt = sa.update(t).where(t.id == sa.bindparam("_id")).values(
+    stmt = sa.update(t).where(col(t.id) == sa.bindparam("_id")).values(
         quality=sa.bindparam("_q"), cluster=sa.bindparam("_c"))
     n_q = n_c = done = 0
-    for page in _pages(store, [t.data, t.quality, t.cluster], where, batch):
+    for page in _pages(store, [col(t.data), col(t.quality), col(t.cluster)], where, batch):
         docs = [json.loads(r[1]) for r in page]
         q = quality.predict(docs) if quality is not None else [r[2] for r in page]
         c = clusterer.assign([trajectory_text(d) for d in docs]) if clusterer is not None else [r[3] for r in page]

@@ -32,7 +32,7 @@ import hmac
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -45,6 +45,9 @@ from . import _dashboard_data as D
 from . import _defaults
 from ._store import Store
 from ._settings import CollectorSettings
+
+if TYPE_CHECKING:
+    from ._langfuse import LangfuseExporter
 
 STATIC = Path(__file__).resolve().parent / "static" / "dashboard"
 _FILES = {"index.html": "text/html; charset=utf-8", "dashboard.js": "text/javascript; charset=utf-8",
@@ -141,7 +144,7 @@ class _Gateway:
         return out
 
 
-def dashboard_router(settings: CollectorSettings, store: Store, langfuse: Any = None) -> APIRouter:
+def dashboard_router(settings: CollectorSettings, store: Store, langfuse: LangfuseExporter | None = None) -> APIRouter:
     """The page and its data endpoints (see the module docstring)."""
     token = settings.admin_token.get_secret_value() if settings.admin_token is not None else None
     gateway = _Gateway(settings.gateway_url, token)

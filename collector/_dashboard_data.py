@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
+from sqlmodel import col
 
 from . import _defaults
 from ._schema import TrajectoryRow, utcnow
@@ -48,17 +49,17 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | Non
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def _task_group(store: Store) -> Any:
-    t = TrajectoryRow.task_id
+def _task_group(store: Store) -> sa.ColumnElement[Any]:
+    t = col(TrajectoryRow.task_id)
     if store.dialect == "postgresql":
         return sa.func.split_part(t, ":", 1)
     pos = sa.func.instr(t, ":")
     return sa.case((pos > 0, sa.func.substr(t, 1, pos - 1)), else_=t)
 
 
-def _bucket(store: Store, seconds: int) -> Any:
+def _bucket(store: Store, seconds: int) -> sa.ColumnElement[Any]:
     """`created_at` floored to a multiple of `seconds`, as Unix seconds (naive UTC on both dialects)."""
-    c = TrajectoryRow.created_at
+    c = col(TrajectoryRow.created_at)
     if store.dialect == "postgresql":
         return sa.cast(sa.func.floor(sa.extract("epoch", c) / seconds) * seconds, sa.BigInteger)
     return sa.cast(sa.func.strftime("%s", c), sa.Integer) // seconds * seconds  # `//`: SQL integer division
@@ -82,15 +83,15 @@ def _group_row(key: Any, r: Any) -> dict[str, Any]:
             "with_feedback": fb, "mean_feedback": float(mean_fb) if mean_fb is not None else None}
 
 
-def _aggregates() -> list[Any]:
+def _aggregates() -> list[sa.ColumnElement[Any]]:
     t = TrajectoryRow
-    return [sa.func.count(), sa.func.count(t.success),
-            sa.func.coalesce(sa.func.sum(sa.case((t.success.is_(True), 1), else_=0)), 0),  # type: ignore[union-attr]
-            sa.func.count(t.feedback_rating), sa.func.avg(t.feedback_rating)]
+    return [sa.func.count(), sa.func.count(col(t.success)),
+            sa.func.coalesce(sa.func.sum(sa.case((col(t.success).is_(True), 1), else_=0)), 0),
+            sa.func.count(col(t.feedback_rating)), sa.func.avg(t.feedback_rating)]
 
 
-def _breakdown(store: Store, key: Any, since: datetime) -> list[dict[str, Any]]:
-    q = sa.select(key, *_aggregates()).where(TrajectoryRow.created_at >= since).group_by(key)
+def _breakdown(store: Store, key: sa.SQLColumnExpression[Any], since: datetime) -> list[dict[str, Any]]:
+    q = sa.select(key, *_aggregates()).where(col(TrajectoryRow.created_at) >= since).group_by(key)
     with store.engine.connect() as conn:
         rows = sorted(conn.execute(q).all(), key=lambda r: -int(r[1]))
     out = [_group_row(r[0], r[1:]) for r in rows[:TOP_GROUPS]]
@@ -110,14 +111,14 @@ def live(store: Store, window: timedelta) -> dict[str, Any]:
     t = TrajectoryRow
     step = bucket_seconds(window)
     bucket = _bucket(store, step)
-    q = (sa.select(bucket, t.served_version, *_aggregates()).where(t.created_at >= since)
-         .group_by(bucket, t.served_version).order_by(bucket))
+    q = (sa.select(bucket, col(t.served_version), *_aggregates()).where(col(t.created_at) >= since)
+         .group_by(bucket, col(t.served_version)).order_by(bucket))
     with store.engine.connect() as conn:
         series = [{"bucket": _label(r[0], step), "t": int(r[0]), **_group_row(r[1], r[2:])} for r in conn.execute(q).all()]
     total = _breakdown(store, sa.literal("all"), since)
     return {"window_s": int(window.total_seconds()), "since": since.isoformat() + "Z", "bucket_s": step,
             "total": total[0] if total else _group_row("all", (0, 0, 0, 0, None)),
-            "by_version": _breakdown(store, t.served_version, since), "by_app": _breakdown(store, t.app, since),
+            "by_version": _breakdown(store, col(t.served_version), since), "by_app": _breakdown(store, col(t.app), since),
             "by_task_group": _breakdown(store, _task_group(store), since), "series": series}
 
 
@@ -128,10 +129,11 @@ def data(store: Store, days: int = 30) -> dict[str, Any]:
     day = _bucket(store, 86400)
     with store.engine.connect() as conn:
         per_day = [{"day": _label(r[0], 86400), "app": r[1], "n": int(r[2])} for r in conn.execute(
-            sa.select(day, t.app, sa.func.count()).where(t.created_at >= since).group_by(day, t.app).order_by(day))]
+            sa.select(day, col(t.app), sa.func.count()).where(col(t.created_at) >= since).group_by(day, t.app).order_by(day))]
         pii: dict[str, int] = {}
         rows_with_pii = 0
-        for (blob,) in conn.execute(sa.select(t.pii).where(t.created_at >= since, t.pii.is_not(None))):  # type: ignore[union-attr]
+        for (blob,) in conn.execute(sa.select(col(t.pii)).where(col(t.created_at) >= since, col(t.pii).is_not(None))):
+            assert blob is not None  # the WHERE excludes NULL
             rows_with_pii += 1
             for kind, n in json.loads(blob).items():
                 pii[kind] = pii.get(kind, 0) + int(n)
@@ -167,8 +169,8 @@ def _pct(values: list[float], q: float) -> float | None:
 def latency(store: Store, window: timedelta, sample: int = _defaults.LATENCY_SAMPLE) -> dict[str, Any]:
     """Per app: p50/p95 of model seconds and environment seconds per step, steps, env errors (sampled)."""
     t = TrajectoryRow
-    q = (sa.select(t.app, t.data).where(t.created_at >= utcnow() - window)
-         .order_by(t.created_at.desc()).limit(sample))  # type: ignore[attr-defined]
+    q = (sa.select(col(t.app), col(t.data)).where(col(t.created_at) >= utcnow() - window)
+         .order_by(col(t.created_at).desc()).limit(sample))
     per_app: dict[str, dict[str, Any]] = {}
     with store.engine.connect() as conn:
         for app, blob in conn.execute(q):

@@ -76,7 +76,8 @@ class BloomFilter:
         """(K,) bool: each key (probably) present; never a false negative."""
         pos = self._positions(keys)
         bits = (self.words[pos >> np.uint64(6)] >> (pos & np.uint64(63))) & np.uint64(1)
-        return bits.all(axis=1)
+        present: np.ndarray = bits.all(axis=1)
+        return present
 
     def add(self, keys: np.ndarray) -> None:
         """Insert `keys`."""

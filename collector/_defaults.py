@@ -1,4 +1,4 @@
-"""Every default the collector uses, in one place (STYLE.md 3).
+"""Every default the collector uses, in one place (docs/contributing.md, house style 3).
 
 Nothing here reads the environment at import time; `CollectorSettings.from_env()` does that.
 """

@@ -18,15 +18,20 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlmodel import Field
+from sqlmodel import Field, col
 
 from ._engine import short_error as _short
 from ._schema import _CollectorModel, to_naive_utc, utcnow
 from ._store import Store, open_store
 from .errors import StorageError
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from ._export_manifest import ExportManifest
 
 #: Event kinds the dashboard reads.
 KINDS = ("retrain_run", "export")
@@ -55,11 +60,13 @@ def add_event(store: Store, kind: str, data: dict[str, Any], *, key: str | None 
         raise ValueError(f"unknown event kind {kind!r}: one of {', '.join(KINDS)}")
     values = {"kind": kind, "key": key, "at": to_naive_utc(at) if at else utcnow(),
               "data": json.dumps(data, default=str, separators=(",", ":"))}
+    stmt: postgresql.Insert | sqlite.Insert
     if store.dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+        stmt = postgresql_insert(EventRow).values(**values)
     else:
-        from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(EventRow).values(**values)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+        stmt = sqlite_insert(EventRow).values(**values)
     if key is not None:
         stmt = stmt.on_conflict_do_update(index_elements=["kind", "key"], set_={"at": values["at"], "data": values["data"]})
     try:
@@ -72,11 +79,11 @@ def add_event(store: Store, kind: str, data: dict[str, Any], *, key: str | None 
 def list_events(store: Store, kind: str, *, since: datetime | None = None, limit: int = 200) -> list[dict[str, Any]]:
     """The newest `limit` events of `kind` (since `since`), oldest first, each its record plus `at`."""
     e = EventRow
-    q = sa.select(e.at, e.data).where(e.kind == kind)
+    q = sa.select(col(e.at), col(e.data)).where(col(e.kind) == kind)
     if since is not None:
-        q = q.where(e.at >= to_naive_utc(since))
+        q = q.where(col(e.at) >= to_naive_utc(since))
     with store.engine.connect() as conn:
-        rows = conn.execute(q.order_by(e.at.desc(), e.id.desc()).limit(limit)).all()  # type: ignore[union-attr]
+        rows = conn.execute(q.order_by(col(e.at).desc(), col(e.id).desc()).limit(limit)).all()
     return [json.loads(r.data) | {"at": r.at.isoformat() + "Z"} for r in reversed(rows)]
 
 
@@ -96,7 +103,7 @@ def record_event(db: str | Store, kind: str, data: dict[str, Any], *, key: str |
         store.close()
 
 
-def record_export(db: str | Store, manifest: Any) -> None:
+def record_export(db: str | Store, manifest: ExportManifest) -> None:
     """Record an export's counts (an `ExportManifest`) for the dashboard; a failure is logged, never raised
     (the export itself succeeded)."""
     m = manifest

@@ -62,7 +62,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from sdk.infra import atomic_open, atomic_write
 
@@ -76,6 +76,9 @@ from ._schema import TrajectoryRow, to_naive_utc, utcnow
 from ._shingle import trajectory_text, unit_hash, word_hashes
 from ._store import Store, open_store
 from .errors import ConfigError, ExportError, UnsupportedFormatError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 #: Export files hold users' conversations (anonymized): readable by their owner only.
 _DATA_PERMS = 0o600
@@ -251,7 +254,7 @@ def _export(store: Store, out: Path, fmt: str, filters: ExportFilters, index: Ev
     return manifest
 
 
-def _run(store: Store, f: ExportFilters, where: Any, fmt: str, main: _Sink, side: _Sink | None, index: EvalIndex | None,
+def _run(store: Store, f: ExportFilters, where: sa.ColumnElement[bool], fmt: str, main: _Sink, side: _Sink | None, index: EvalIndex | None,
          rates: dict[Any, float], matched: int, dropped: dict[str, int], batch: int,
          progress: Callable[[int], None] | None) -> None:
     """Stream the matching rows, page by page, through balance, decontamination, near-dup and the
@@ -278,9 +281,9 @@ def _run(store: Store, f: ExportFilters, where: Any, fmt: str, main: _Sink, side
                 break
             sink.write(line, r.app, r.task_id)
             used.setdefault(id(sink), set()).update(ids)
-        for sink in (main, side):
-            if sink is not None:
-                sink.ids += len(used.get(id(sink), ()))
+        for each in (main, side):
+            if each is not None:
+                each.ids += len(used.get(id(each), ()))
         return full or (f.limit is not None and main.count >= f.limit)
 
     def flush() -> bool:

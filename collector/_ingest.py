@@ -24,11 +24,12 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlmodel import col
 
 from sdk import IngestResult, Trajectory
 
@@ -38,6 +39,10 @@ from ._engine import short_error
 from ._schema import ResponseIdRow, TrajectoryRow, to_naive_utc, utcnow
 from ._score import score_trajectory
 from .errors import StorageError
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.sql.dml import ReturningInsert
 
 
 def content_hash(traj: Trajectory) -> str:
@@ -94,25 +99,25 @@ def trajectory_row(t: Trajectory, now: datetime, anonymizer: Anonymizer | None) 
     }
 
 
-def dialect_insert(dialect: str, table: Any) -> Any:
+def dialect_insert(dialect: str, table: type[TrajectoryRow] | type[ResponseIdRow]) -> sqlite.Insert | postgresql.Insert:
     """`INSERT` into `table` with the dialect's `ON CONFLICT` support (SQLite or PostgreSQL)."""
     if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    elif dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        raise StorageError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
-    return insert(table)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+        return sqlite_insert(table)
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+        return postgresql_insert(table)
+    raise StorageError(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
 
 
-def insert_statement(dialect: str) -> Any:
+def insert_statement(dialect: str) -> ReturningInsert[str]:
     """`INSERT .. ON CONFLICT (id) DO NOTHING RETURNING id` for `dialect` (the idempotent insert)."""
-    return dialect_insert(dialect, TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(TrajectoryRow.id)
+    return dialect_insert(dialect, TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(col(TrajectoryRow.id))
 
 
 def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories: Sequence[Trajectory],
                      on_stored: Callable[[list[dict[str, Any]]], None] | None = None,
-                     recompose: Callable[[Any], Any] | None = None) -> IngestResult:
+                     recompose: Callable[[sa.ColumnElement[bool]], sa.Update] | None = None) -> IngestResult:
     """Store `trajectories` in one transaction, idempotently by id (see the module docstring).
 
     Ids already stored (or repeated within the batch) count as duplicates and are not rewritten:
@@ -142,7 +147,7 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
     tr = TrajectoryRow
     try:
         with engine.connect() as conn:
-            q = sa.select(tr.id, tr.n_messages).where(tr.id.in_(list(unique)))  # type: ignore[attr-defined]
+            q = sa.select(col(tr.id), col(tr.n_messages)).where(col(tr.id).in_(list(unique)))
             stored = dict(conn.execute(q).tuples().all())
         now = utcnow()
         rows = [trajectory_row(t, now, anonymizer) for tid, t in unique.items() if tid not in stored]
@@ -158,7 +163,7 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
                 if grown:
                     replaced = _capture_rows.replace_grown(conn, grown)
                     if replaced and recompose is not None:
-                        conn.execute(recompose(tr.id.in_(replaced)))  # type: ignore[attr-defined]
+                        conn.execute(recompose(col(tr.id).in_(replaced)))
                 _capture_rows.link_responses(conn, dialect_insert(dialect, ResponseIdRow),
                                              [unique[i] for i in (*inserted, *replaced)])
     except sa.exc.SQLAlchemyError as e:

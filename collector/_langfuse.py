@@ -49,13 +49,16 @@ import queue
 import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk import Message, Step, Trajectory
 
 from . import _defaults
 from ._settings import LangfuseSettings
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._store import Store
 
 try:
     from langfuse import Langfuse, LangfuseOtelSpanAttributes
@@ -124,7 +127,7 @@ def _client(settings: LangfuseSettings, span_exporter: Any, httpx_client: Any) -
         if found is not None:
             return found
         ids = _TraceIds()
-        provider = TracerProvider(id_generator=ids)  # type: ignore[arg-type]
+        provider = TracerProvider(id_generator=ids)
         client = Langfuse(public_key=settings.public_key, secret_key=settings.secret_key.get_secret_value(),
                           host=settings.host, tracer_provider=provider, span_exporter=span_exporter,
                           httpx_client=httpx_client,
@@ -168,11 +171,11 @@ class LangfuseExporter:
         self._pending = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._stores: list[Any] = []
+        self._stores: list[Store] = []
         self.stats = ExporterStats()
 
     # -- producer side (the request thread): never blocks -----------------------------------------
-    def attach(self, store: Any) -> None:
+    def attach(self, store: Store) -> None:
         """Export what `store` commits from now on (its trajectories and feedback), until `close()`."""
         store.listeners.append(self._on_store)
         self._stores.append(store)

@@ -2,12 +2,16 @@
 (see `_names` for how the model works and is built). Scoring a token is a sum of memoized per-word,
 per-offset contributions; decoding adds hysteresis for names and joins addresses across commas,
 line breaks and postcodes.
+
+Deliberately not here: word features (`_name_features`), training and caching the weights (`_name_train`,
+`_names`), and the structured detectors (e-mail, phone, ...), which run before this model (`_pii_scan`).
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -15,6 +19,13 @@ import numpy as np
 from ._name_features import _DIGITS_TO_ZERO, _HAS_DIGIT, _PAD_L, _PAD_R, _UPPER, OFFSETS, TOKEN, Featurizer, _shape
 
 _ZERO = (0.0,) * (2 * len(OFFSETS))
+#: A word's contributions (`NameModel._contrib`) are (PERSON, ADDRESS) pairs, one per offset of OFFSETS from the
+#: word scored; these are the columns of each kind, in OFFSETS order.
+_PERSON_COLS = tuple(2 * k for k in range(len(OFFSETS)))
+_ADDRESS_COLS = tuple(2 * k + 1 for k in range(len(OFFSETS)))
+
+#: Token labels: none, part of a name, part of an address.
+_O, _PERSON, _ADDRESS = 0, 1, 2
 
 # Lowercase words that belong to names: "Ludwig van Beethoven", "Jean de la Fontaine".
 _PARTICLES = frozenset({"van", "von", "de", "der", "den", "del", "della", "di", "da", "dos", "das", "do", "du",
@@ -53,28 +64,115 @@ def _BRIDGE(w: str) -> bool:
     """Tokens that may sit between a street and a city: ",", a line break, a postcode ("80882", "H-2048")."""
     return w in (",", "\n") or any(ch.isdigit() for ch in w)
 
-def _runs(labels: list[int], lab: int, n: int) -> list[tuple[int, int]]:
-    """(first, last) token of every maximal run of `lab` in `labels[:n]`."""
+
+class _Window:
+    """One window's words and, per word, what decoding has found out: its label, whether the model has scored
+    it, and its PERSON score (-1e9 until scored). Token `i` is `words[i]` in every list."""
+
+    __slots__ = ("words", "n", "labels", "scored", "person_score", "_padded")
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = words
+        self.n = len(words)
+        self.labels = [_O] * self.n
+        self.scored = [False] * self.n
+        self.person_score = [-1e9] * self.n
+        # Pads past both edges give every word a neighbour at each offset of OFFSETS (-2..+2, contiguous).
+        self._padded = [_PAD_L] * -OFFSETS[0] + words + [_PAD_R] * OFFSETS[-1]
+
+    def context(self, i: int) -> list[str]:
+        """The words at OFFSETS around word `i`, in OFFSETS order (pads past the edges of the window)."""
+        return self._padded[i:i + len(OFFSETS)]  # padded[i] is the word at OFFSETS[0] from word i
+
+    def neighbours(self, tokens: list[int]) -> list[int]:
+        """The words just before and after each of `tokens` (in that order) that exist."""
+        n = self.n
+        return [j for i in tokens for j in (i - 1, i + 1) if 0 <= j < n]
+
+
+def _label_after_titles(win: _Window) -> bool:
+    """"Ms. Post", "Dr. Lindgren": a capitalized word after a title is a person; whether one was labelled."""
+    labels, words = win.labels, win.words
+    any_found = False
+    for title in [i for i, w in enumerate(words) if w in _TITLE_FORMS]:
+        with_dot = title + 1 < win.n and words[title + 1] == "."
+        name = title + 2 if with_dot else title + 1
+        if name < win.n and labels[name] == _O:
+            w = words[name]
+            if w[0].isupper() and not w.isupper() and w.isalpha():
+                labels[name] = _PERSON
+                any_found = True
+                if win.person_score[name] < 0:
+                    win.person_score[name] = 0.0
+    return any_found
+
+
+def _label_runs(labels: list[int]) -> list[tuple[int, int, int]]:
+    """(first, last, label) of every maximal run of one label other than O, in order."""
     out = []
-    i = 0
+    i, n = 0, len(labels)
     while i < n:
-        if labels[i] != lab:
+        lab = labels[i]
+        if lab == _O:
             i += 1
             continue
         j = i
         while j + 1 < n and labels[j + 1] == lab:
             j += 1
-        out.append((i, j))
+        out.append((i, j, lab))
         i = j + 1
     return out
 
 
-def _drop_punctuation_addresses(labels: list[int], wds: list[str], n: int) -> None:
+def _runs(labels: list[int], lab: int) -> list[tuple[int, int]]:
+    """(first, last) token of every maximal run of `lab` in `labels`."""
+    return [(i, j) for i, j, run_lab in _label_runs(labels) if run_lab == lab]
+
+
+def _drop_punctuation_addresses(labels: list[int], words: list[str]) -> None:
     """An ADDRESS run of commas and line breaks alone is none (it would pull a name next to it in)."""
-    for i, j in _runs(labels, 2, n):
-        if not any(wds[k + 2][0].isalnum() for k in range(i, j + 1)):
+    for i, j in _runs(labels, _ADDRESS):
+        if not any(w[0].isalnum() for w in words[i:j + 1]):
             for k in range(i, j + 1):
-                labels[k] = 0
+                labels[k] = _O
+
+
+def _join_address(labels: list[int], words: list[str]) -> None:
+    """Make addresses whole. PERSON tokens next to ADDRESS tokens (directly, or across line
+    breaks, commas and postcodes) are part of the address: "Plaza [Carlito] Riquelme 55",
+    "75002 [Paris]"; an address continues across its commas and line breaks and takes its
+    trailing postcode ("NW1 6XE")."""
+    n = len(words)
+    for i, j in _runs(labels, _PERSON):
+        span = None
+        k = i - 1
+        while k >= 0 and i - k <= 3 and labels[k] == _O and _BRIDGE(words[k]):
+            k -= 1
+        if k >= 0 and labels[k] == _ADDRESS:
+            span = (k + 1, j)
+        else:
+            k = j + 1
+            while k < n and k - j <= 3 and labels[k] == _O and _BRIDGE(words[k]):
+                k += 1
+            # A name then a comma or a line break then an address is a name and its address
+            # ("Giulia Bianchi, Via Roma 10"); joined only when adjacent or across a number.
+            if k < n and labels[k] == _ADDRESS and (k == j + 1 or any(_HAS_DIGIT(w) for w in words[j + 1:k])):
+                span = (i, k - 1)
+        if span is not None:
+            for k in range(span[0], span[1] + 1):
+                labels[k] = _ADDRESS
+    for i in range(n - 2, -1, -1):  # a house number before the street: "957 Bjørnheimveien"
+        if labels[i] == _O and labels[i + 1] == _ADDRESS:
+            w = words[i]
+            if len(w) <= 6 and w[0].isdigit() and w.isalnum():
+                labels[i] = _ADDRESS
+    for i in range(1, n):
+        if labels[i] == _O and labels[i - 1] == _ADDRESS:
+            w = words[i]
+            if w in (",", "\n") and i + 1 < n and labels[i + 1] == _ADDRESS:
+                labels[i] = _ADDRESS
+            elif len(w) <= 8 and w.isalnum() and _HAS_DIGIT(w):
+                labels[i] = _ADDRESS
 
 
 class NameModel:
@@ -233,181 +331,152 @@ class NameModel:
         return out
 
     def _window(self, text: str, ws: int, we: int) -> list[tuple[int, int, str]]:
+        """PERSON / ADDRESS spans in `text[ws:we]`: label tokens by score, then by the rules around the model."""
         words = TOKEN.findall(text, ws, we)
         ok, street = self._is_candidate, self._street_any
         # Capitalized words (not common words that merely start a sentence, not acronyms) and street
         # words start the search.
-        todo = [i for i, w in enumerate(words) if (w[0].isupper() and ok(w)) or w in street]
-        if not todo:
+        seeds = [i for i, w in enumerate(words) if (w[0].isupper() and ok(w)) or w in street]
+        if not seeds:
             return []
-        n = len(words)
-        words = [_PAD_L, _PAD_L, *words, _PAD_R, _PAD_R]
-        memo = self._memo
-        contrib = self._contrib
-        labels = [0] * n
-        done = [False] * n
-        person_score = [-1e9] * n
-        bp, ba = self._b
+        win = _Window(words)
+        found_by_score = self._label_by_score(win, seeds)
+        found_by_title = _label_after_titles(win)
+        if not (found_by_score or found_by_title):
+            return []
+        self._grow_names(win)
+        self._join_inverted_names(win)
+        if _ADDRESS in win.labels:
+            _drop_punctuation_addresses(win.labels, words)
+            _join_address(win.labels, words)
+        return self._spans(text, ws, we, win)
+
+    def _label_by_score(self, win: _Window, seeds: list[int]) -> bool:
+        """Score the seed tokens, then the neighbours of every token found, until none is; whether any was."""
+        labels, scored, person_score = win.labels, win.scored, win.person_score
         any_found = False
+        todo = seeds
         while todo:
             found = []
             for i in todo:
-                if done[i]:
+                if scored[i]:
                     continue
-                done[i] = True
-                c0 = memo.get(words[i]) or contrib(words[i])
-                c1 = memo.get(words[i + 1]) or contrib(words[i + 1])
-                c2 = memo.get(words[i + 2]) or contrib(words[i + 2])
-                c3 = memo.get(words[i + 3]) or contrib(words[i + 3])
-                c4 = memo.get(words[i + 4]) or contrib(words[i + 4])
-                sp = bp + c0[0] + c1[2] + c2[4] + c3[6] + c4[8]
-                sa = ba + c0[1] + c1[3] + c2[5] + c3[7] + c4[9]
+                scored[i] = True
+                sp, sa = self._scores(win.context(i))
                 person_score[i] = sp
                 if sp > 0 or sa > 0:
-                    lab = 1 if sp >= sa else 2
-                    w = words[i + 2]
-                    if lab == 1 and not w[0].isupper() and w not in _PARTICLES:
+                    lab = _PERSON if sp >= sa else _ADDRESS
+                    w = win.words[i]
+                    if lab == _PERSON and not w[0].isupper() and w not in _PARTICLES:
                         # A lowercase word is part of a name only as a particle ("van", "de").
                         if sa <= 0:
                             continue
-                        lab = 2
+                        lab = _ADDRESS
                     labels[i] = lab
                     found.append(i)
             if found:
                 any_found = True
-            todo = [j for i in found for j in (i - 1, i + 1) if 0 <= j < n and not done[j]]
-        wds = words  # padded: token i is wds[i + 2]
-        for k in [k for k in range(n) if wds[k + 2] in _TITLE_FORMS]:
-            # "Ms. Post", "Dr. Lindgren": a capitalized word after a title is a person
-            i = k + 2 if k + 1 < n and wds[k + 3] == "." else k + 1
-            if i < n and labels[i] == 0:
-                w = wds[i + 2]
-                if w[0].isupper() and not w.isupper() and w.isalpha():
-                    labels[i] = 1
-                    any_found = True
-                    if person_score[i] < 0:
-                        person_score[i] = 0.0
-        if not any_found:
-            return []
-        # Hysteresis: a capitalized word next to a found name joins it on a weaker score
-        # ("Dawid" before "Gierek"): the linear model cannot see its neighbour's label.
-        edge = [j for i in range(n) if labels[i] == 1 for j in (i - 1, i + 1) if 0 <= j < n and labels[j] == 0]
+            todo = [j for j in win.neighbours(found) if not scored[j]]
+        return any_found
+
+    def _grow_names(self, win: _Window) -> None:
+        """Hysteresis: a capitalized word next to a found name joins it on a weaker score ("Dawid" before
+        "Gierek"): the linear model cannot see its neighbour's label."""
+        labels = win.labels
+        names = [i for i, lab in enumerate(labels) if lab == _PERSON]
+        edge = [j for j in win.neighbours(names) if labels[j] == _O]
         while edge:
             grown = []
             for i in edge:
-                if labels[i] or not wds[i + 2][0].isupper():
+                if labels[i] or not win.words[i][0].isupper():
                     continue
-                if not done[i]:  # a skipped word ("Will" in "Will Smith"): score it now
-                    done[i] = True
-                    person_score[i] = bp + sum(contrib(wds[i + k])[2 * k] for k in range(5))
-                if person_score[i] > -self.extend_margin:
-                    labels[i] = 1
+                if self._person_score_of(win, i) > -self.extend_margin:
+                    labels[i] = _PERSON
                     grown.append(i)
-            edge = [j for i in grown for j in (i - 1, i + 1) if 0 <= j < n and labels[j] == 0]
-        for i in range(n - 2):
-            # "Koós, Szenta", "Lerche, Bethuel wrote": a lone surname, a comma, a lone first name.
-            if labels[i] == 1 and wds[i + 3] == "," and labels[i + 2] == 0 and (i == 0 or labels[i - 1] != 1) \
-                    and wds[i + 4][0].isupper() and wds[i + 4].isalpha() and not (i + 3 < n and labels[i + 3] == 1):
-                if not done[i + 2]:
-                    done[i + 2] = True
-                    person_score[i + 2] = bp + sum(contrib(wds[i + 2 + k])[2 * k] for k in range(5))
-                if person_score[i + 2] > -self.extend_margin:
-                    labels[i + 1] = labels[i + 2] = 1
-        if 2 in labels:
-            _drop_punctuation_addresses(labels, wds, n)
-            self._join_address(labels, wds, n)
-        # Token offsets, only up to the last labelled token (finditer is the slow part).
-        last = n
+            edge = [j for j in win.neighbours(grown) if labels[j] == _O]
+
+    def _join_inverted_names(self, win: _Window) -> None:
+        """"Koós, Szenta", "Lerche, Bethuel wrote": a lone surname, a comma, a lone first name is one name."""
+        labels, words = win.labels, win.words
+        for surname in range(win.n - 2):
+            if labels[surname] != _PERSON:
+                continue
+            comma, first, after = surname + 1, surname + 2, surname + 3
+            if words[comma] == "," and labels[first] == _O \
+                    and (surname == 0 or labels[surname - 1] != _PERSON) \
+                    and words[first][0].isupper() and words[first].isalpha() \
+                    and not (after < win.n and labels[after] == _PERSON):
+                if self._person_score_of(win, first) > -self.extend_margin:
+                    labels[comma] = labels[first] = _PERSON
+
+    def _person_score_of(self, win: _Window, i: int) -> float:
+        """Token i's PERSON score, scoring it now if the search by score skipped it ("Will" in "Will Smith").
+        Summed first and then added to the bias, unlike `_scores`: the order these scores have always had, so
+        that every decision stays bit-for-bit what it was."""
+        if not win.scored[i]:
+            win.scored[i] = True
+            contrib = self._contrib
+            win.person_score[i] = self._b[0] + sum(contrib(w)[col] for w, col in zip(win.context(i), _PERSON_COLS))
+        return win.person_score[i]
+
+    def _scores(self, context: list[str]) -> tuple[float, float]:
+        """(PERSON, ADDRESS) score of the middle word of `context` (the words at OFFSETS around it), relative
+        to O, thresholds included: the bias plus what each word contributes from where it sits."""
+        memo, contrib = self._memo, self._contrib
+        sp, sa = self._b
+        for w, p_col, a_col in zip(context, _PERSON_COLS, _ADDRESS_COLS):
+            c = memo.get(w) or contrib(w)
+            sp += c[p_col]
+            sa += c[a_col]
+        return sp, sa
+
+    def _spans(self, text: str, ws: int, we: int, win: _Window) -> list[tuple[int, int, str]]:
+        """The accepted spans of the labelled runs, as character offsets into `text`."""
+        labels = win.labels
+        # Where the tokens are, only up to the last labelled one (finditer is the slow part).
+        last = win.n
         while not labels[last - 1]:
             last -= 1
-        toks = []
-        for m in TOKEN.finditer(text, ws, we):
-            toks.append((m.start(), m.end(), m.group(0)))
-            if len(toks) >= last:
-                break
+        found = list(islice(TOKEN.finditer(text, ws, we), last))
         spans: list[tuple[int, int, str]] = []
-        i = 0
-        while i < last:
-            lab = labels[i]
-            if lab == 0:
-                i += 1
-                continue
-            j = i
-            while j + 1 < last and labels[j + 1] == lab:
-                j += 1
-            span = self._accept(toks, i, j, lab, person_score)
+        for i, j, lab in _label_runs(labels[:last]):
+            span = self._accept(win, found, i, j, lab)
             if span is not None:
                 spans.append(span)
-            i = j + 1
         return spans
 
-    @staticmethod
-    def _join_address(labels: list[int], wds: list[str], n: int) -> None:
-        """Make addresses whole. PERSON tokens next to ADDRESS tokens (directly, or across line
-        breaks, commas and postcodes) are part of the address: "Plaza [Carlito] Riquelme 55",
-        "75002 [Paris]"; an address continues across its commas and line breaks and takes its
-        trailing postcode ("NW1 6XE")."""
-        for i, j in _runs(labels, 1, n):
-            span = None
-            k = i - 1
-            while k >= 0 and i - k <= 3 and labels[k] == 0 and _BRIDGE(wds[k + 2]):
-                k -= 1
-            if k >= 0 and labels[k] == 2:
-                span = (k + 1, j)
-            else:
-                k = j + 1
-                while k < n and k - j <= 3 and labels[k] == 0 and _BRIDGE(wds[k + 2]):
-                    k += 1
-                # A name then a comma or a line break then an address is a name and its address
-                # ("Giulia Bianchi, Via Roma 10"); joined only when adjacent or across a number.
-                if k < n and labels[k] == 2 and (k == j + 1 or any(_HAS_DIGIT(wds[x + 2]) for x in range(j + 1, k))):
-                    span = (i, k - 1)
-            if span is not None:
-                for k in range(span[0], span[1] + 1):
-                    labels[k] = 2
-        for i in range(n - 2, -1, -1):  # a house number before the street: "957 Bjørnheimveien"
-            if labels[i] == 0 and labels[i + 1] == 2:
-                w = wds[i + 2]
-                if len(w) <= 6 and w[0].isdigit() and w.isalnum():
-                    labels[i] = 2
-        for i in range(1, n):
-            if labels[i] == 0 and labels[i - 1] == 2:
-                w = wds[i + 2]
-                if w in (",", "\n") and i + 1 < n and labels[i + 1] == 2:
-                    labels[i] = 2
-                elif len(w) <= 8 and w.isalnum() and _HAS_DIGIT(w):
-                    labels[i] = 2
-
-    def _accept(self, toks: list[tuple[int, int, str]], i: int, j: int, lab: int,
-                person_score: list[float]) -> tuple[int, int, str] | None:
+    def _accept(self, win: _Window, found: list[re.Match[str]], i: int, j: int, lab: int) -> tuple[int, int, str] | None:
+        """The span of the run of `lab` from token i to j (`found`: where each token is in the text), trimmed, or
+        None when it is no name or address after all."""
+        words = win.words
         # Trim punctuation and newlines at the edges; a span needs a word with a letter.
-        while i <= j and not toks[i][2][0].isalnum():
+        while i <= j and not words[i][0].isalnum():
             i += 1
-        while j >= i and not toks[j][2][0].isalnum() and toks[j][2] != ".":
+        while j >= i and not words[j][0].isalnum() and words[j] != ".":
             j -= 1
-        if j >= i and toks[j][2] == "." and (j == i or len(toks[j - 1][2]) > 1):
+        if j >= i and words[j] == "." and (j == i or len(words[j - 1]) > 1):
             j -= 1  # keep the dot of "J." or "Str." only
         if j < i:
             return None
-        words = [t[2] for t in toks[i:j + 1]]
-        if not any(w[0].isalpha() for w in words):
+        run = words[i:j + 1]
+        start, end = found[i].start(), found[j].end()
+        if not any(w[0].isalpha() for w in run):
             return None
-        if lab == 1:
-            if not any(w[0].isupper() for w in words) and not all(w.islower() for w in words if w[0].isalpha()):
+        if lab == _PERSON:
+            if not any(w[0].isupper() for w in run) and not all(w.islower() for w in run if w[0].isalpha()):
                 return None
-            if len(words) == 1 and len(words[0]) == 1:  # a lone letter ("W^6QzGrR")
+            if len(run) == 1 and len(run[0]) == 1:  # a lone letter ("W^6QzGrR")
                 return None
-            return toks[i][0], toks[j][1], "PERSON"
-        if sum(1 for w in words if w[0].isalnum()) < 2:
+            return start, end, "PERSON"
+        if sum(1 for w in run if w[0].isalnum()) < 2:
             return None
-        if not any(_HAS_DIGIT(w) or self._is_street(w) for w in words):
+        if not any(_HAS_DIGIT(w) or self._is_street(w) for w in run):
             # No house number, postcode or street word: a name ("7,Ägwar Lestander,") or a place
             # on its own ("Boa Vista"), never an address.
-            if all(w[0].isupper() for w in words if w[0].isalpha()) and \
-                    max(person_score[k] for k in range(i, j + 1)) > 0:
-                return toks[i][0], toks[j][1], "PERSON"
+            if all(w[0].isupper() for w in run if w[0].isalpha()) and max(win.person_score[i:j + 1]) > 0:
+                return start, end, "PERSON"
             return None
-        return toks[i][0], toks[j][1], "ADDRESS"
+        return start, end, "ADDRESS"
 
     def _is_street(self, w: str) -> bool:
         lw = w.lower()

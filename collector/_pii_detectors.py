@@ -13,6 +13,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from ._pii_checks import (
     IBAN_LENGTHS,
@@ -231,18 +232,22 @@ def _ssn(text: str, m: re.Match[str]) -> str | None:
 
 
 
+#: A prefix tree of words: each character maps to the rest; the key "" marks the end of a word.
+_Trie: TypeAlias = "dict[str, _Trie]"
+
+
 def _trie_regex(words: Iterable[str]) -> str:
     """An alternation of `words` as a prefix tree: `jan(?:uar(?:y|i)?|vier)?` instead of 75
     branches tried one by one at every letter of the text (the month names made DOB the slowest
     detector). Longer words are preferred, like a longest-first alternation."""
-    trie: dict[str, dict] = {}
+    trie: _Trie = {}
     for w in words:
         node = trie
         for ch in w:
             node = node.setdefault(ch, {})
         node[""] = {}
 
-    def build(node: dict[str, dict]) -> str:
+    def build(node: _Trie) -> str:
         alts = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
         if not alts:
             return ""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from typing import cast
 
 from ._pii_detectors import _EMAIL_AFTER, _EMAIL_BEFORE, _IBAN_LEFT, _IBAN_RIGHT, _NUMERIC_RUN, _RUN_TAIL, DETECTORS, Detector
 
@@ -139,8 +140,11 @@ def _hyperscan_triggers() -> Callable[[str], int] | None:
     db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
     local = threading.local()  # scratch space is per thread
 
-    def on_match(id_: int, _from: int, _to: int, _flags: int, hits: list[int]) -> None:
+    def append_id(id_: int, _from: int, _to: int, _flags: int, hits: list[int]) -> None:
         hits.append(id_)
+
+    # hyperscan hands `context` (the list below) back to the handler as is; its stub types it `object`.
+    on_match = cast("Callable[[int, int, int, int, object], None]", append_id)
 
     def triggers(text: str) -> int:
         scratch = getattr(local, "scratch", None)
@@ -183,12 +187,13 @@ def _run(det: Detector, text: str, s: int, e: int, found: list[Candidate]) -> No
         for a, b, key in det.spans(text, s, e):
             found.append((a, b, det.tier, det.rank, det.kind, key))
         return
-    validate = det.validate
+    pattern, validate = det.pattern, det.validate
+    assert pattern is not None and validate is not None  # a detector without `spans` has both
     # finditer(text, pos, endpos) still lets lookbehinds see the characters before pos.
-    for m in det.pattern.finditer(text, s, e):  # type: ignore[union-attr]
-        key = validate(text, m)  # type: ignore[misc]
-        if key is not None:
-            found.append((m.start(), m.end(), det.tier, det.rank, det.kind, key))
+    for m in pattern.finditer(text, s, e):
+        matched = validate(text, m)
+        if matched is not None:
+            found.append((m.start(), m.end(), det.tier, det.rank, det.kind, matched))
 
 
 # Fixed-shape secrets and e-mails: found first, then blanked out so that no other detector (or the

@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlmodel import col
 
 from . import _defaults
 from ._anonymize import anonymize_text
@@ -90,7 +91,7 @@ def check_metadata_match(key: str, value: str) -> None:
             )
 
 
-def _metadata_text(dialect: str, key: str) -> Any:
+def _metadata_text(dialect: str, key: str) -> sa.ColumnElement[str]:
     """SQL for `metadata[key]` of the stored JSON as text (numbers as their digits), or NULL.
 
     The `data` column is JSON text on both dialects, so this parses each row's JSON: a full
@@ -106,11 +107,11 @@ def _metadata_text(dialect: str, key: str) -> Any:
     return sa.cast(sa.func.json_extract(t.data, path), sa.Text)
 
 
-def _purge_condition(dialect: str, before: datetime | None, where: Mapping[str, str]) -> Any:
+def _purge_condition(dialect: str, before: datetime | None, where: Mapping[str, str]) -> sa.ColumnElement[bool]:
     t = TrajectoryRow
-    conds = []
+    conds: list[sa.ColumnElement[bool]] = []
     if before is not None:
-        conds.append(t.created_at < to_naive_utc(before))
+        conds.append(col(t.created_at) < to_naive_utc(before))
     for key, value in where.items():
         check_metadata_match(key, value)
         conds.append(_metadata_text(dialect, key) == value)
@@ -144,9 +145,9 @@ def purge(
         if dry_run:
             with engine.connect() as conn:
                 n_t = conn.execute(sa.select(sa.func.count()).select_from(t).where(cond)).scalar_one()
-                matching = sa.select(t.id).where(cond)
+                matching = sa.select(col(t.id)).where(cond)
                 n_f = conn.execute(
-                    sa.select(sa.func.count()).select_from(f).where(f.trajectory_id.in_(matching))  # type: ignore[attr-defined]
+                    sa.select(sa.func.count()).select_from(f).where(col(f.trajectory_id).in_(matching))
                 ).scalar_one()
             return PurgeResult(int(n_t), int(n_f), True, cutoff, where)
         return _purge_batches(engine, cond, cutoff, where, batch_size)
@@ -154,7 +155,7 @@ def purge(
         raise StorageError(f"purge failed: {short_error(e)}") from e
 
 
-def _matching_ids(engine: Engine, cond: Any, batch_size: int) -> Iterator[list[str]]:
+def _matching_ids(engine: Engine, cond: sa.ColumnElement[bool], batch_size: int) -> Iterator[list[str]]:
     """The ids matching `cond`, `batch_size` at a time, in one pass over the table.
 
     SQLite: keyset pages in primary-key order, each its own short read, so no reader pins the
@@ -166,14 +167,14 @@ def _matching_ids(engine: Engine, cond: Any, batch_size: int) -> Iterator[list[s
     t = TrajectoryRow
     if engine.dialect.name == "postgresql":
         with engine.connect() as reader:
-            result = reader.execution_options(stream_results=True, yield_per=batch_size).execute(sa.select(t.id).where(cond))
+            result = reader.execution_options(stream_results=True, yield_per=batch_size).execute(sa.select(col(t.id)).where(cond))
             for part in result.partitions(batch_size):
                 yield [row[0] for row in part]
         return
     last = ""
     while True:
         with engine.connect() as reader:
-            ids = list(reader.execute(sa.select(t.id).where(cond, t.id > last).order_by(t.id).limit(batch_size)).scalars())
+            ids = list(reader.execute(sa.select(col(t.id)).where(cond, col(t.id) > last).order_by(t.id).limit(batch_size)).scalars())
         if ids:
             yield ids
         if len(ids) < batch_size:
@@ -181,7 +182,8 @@ def _matching_ids(engine: Engine, cond: Any, batch_size: int) -> Iterator[list[s
         last = ids[-1]
 
 
-def _purge_batches(engine: Engine, cond: Any, cutoff: datetime | None, where: dict[str, str], batch_size: int) -> PurgeResult:
+def _purge_batches(engine: Engine, cond: sa.ColumnElement[bool], cutoff: datetime | None, where: dict[str, str],
+                   batch_size: int) -> PurgeResult:
     t, f = TrajectoryRow, FeedbackRow
     sqlite = engine.dialect.name == "sqlite"
     n_t = n_f = 0
@@ -193,9 +195,9 @@ def _purge_batches(engine: Engine, cond: Any, cutoff: datetime | None, where: di
             for ids in _matching_ids(engine, cond, batch_size):
                 # A trajectory and its feedback go together, in one short transaction.
                 with writer.begin():
-                    n_f += writer.execute(sa.delete(f).where(f.trajectory_id.in_(ids))).rowcount  # type: ignore[attr-defined]
-                    writer.execute(sa.delete(ResponseIdRow).where(ResponseIdRow.trajectory_id.in_(ids)))  # type: ignore[attr-defined]
-                    n_t += writer.execute(sa.delete(t).where(t.id.in_(ids))).rowcount  # type: ignore[attr-defined]
+                    n_f += writer.execute(sa.delete(f).where(col(f.trajectory_id).in_(ids))).rowcount
+                    writer.execute(sa.delete(ResponseIdRow).where(col(ResponseIdRow.trajectory_id).in_(ids)))
+                    n_t += writer.execute(sa.delete(t).where(col(t.id).in_(ids))).rowcount
         finally:
             if sqlite:
                 writer.rollback()
@@ -212,4 +214,4 @@ def _truncate_wal(engine: Engine) -> bool:
         raw = conn.connection.driver_connection
         assert raw is not None
         busy, _log, _done = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    return busy == 0
+    return bool(busy == 0)

@@ -116,7 +116,8 @@ class QualityModel:
         num, words = featurize(docs)
         x = sparse.hstack([sparse.csr_matrix((num - self.mean) / self.scale), words]).tocsr()
         z = x @ self.coef + self.intercept
-        return 1.0 / (1.0 + np.exp(-z))
+        p: np.ndarray = 1.0 / (1.0 + np.exp(-z))
+        return p
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready parameters (see `from_json`)."""

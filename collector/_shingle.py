@@ -33,7 +33,8 @@ def mix64(z: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer, elementwise: spreads every input bit over the whole word."""
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    mixed: np.ndarray = z ^ (z >> np.uint64(31))
+    return mixed
 
 
 def normalize(text: str) -> bytes:

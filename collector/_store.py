@@ -189,7 +189,7 @@ class Store:
                 assert new_id is not None  # the database assigns it
                 fid = int(new_id)
                 # The same transaction recomposes the trajectory's score with the new rating.
-                conn.execute(self._recompose(t.id == target, with_rating=True))
+                conn.execute(self._recompose(col(t.id) == target, with_rating=True))
         except sa.exc.SQLAlchemyError as e:
             raise StorageError(f"could not store feedback for trajectory {target!r}: {short_error(e)}") from e
         if self.listeners:
@@ -230,7 +230,7 @@ class Store:
 
     # -- scores ----------------------------------------------------------------------------
 
-    def _recompose(self, where: Any, *, with_rating: bool) -> Any:
+    def _recompose(self, where: sa.ColumnElement[bool], *, with_rating: bool) -> sa.Update:
         t = TrajectoryRow
         values: dict[str, Any] = {}
         rating: Any = t.feedback_rating

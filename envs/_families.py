@@ -13,12 +13,12 @@ line to `_FAMILIES`. This is the one registry; keep it that way.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from collections.abc import Callable
 from typing import Any
 
 from sdk import EnvFamily
+from sdk.infra import import_object
 
 __all__ = ["build_coding_tasks", "env_families"]
 
@@ -39,10 +39,11 @@ def _present(module: str) -> bool:
 
 
 def _loader(target: str) -> Callable[[], EnvFamily]:
-    module, _, attr = target.partition(":")
+    module = target.partition(":")[0]
 
     def load() -> EnvFamily:
-        fam = getattr(importlib.import_module(module), attr)()
+        # Not from the current directory: a family is this package's module, never the user's file.
+        fam = import_object(target, what="task family", from_cwd=False)()
         if not isinstance(fam, EnvFamily):
             raise TypeError(f"{target} returned {type(fam).__name__}, not an sdk.EnvFamily")
         return fam

@@ -17,25 +17,60 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from sdk.infra import Shutdown, shutdown_on_signals
+from sdk.infra import Shutdown, cli_fail, print_table, shutdown_on_signals
+
+if TYPE_CHECKING:
+    from typer import _click as click  # typer's own copy of click: the types its TyperGroup uses
 
 console = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays one line in a log
 
-#: name -> (module, Typer attribute, extra, help). Imported when the group is used (`_LazyGroups`).
-GROUPS = {
-    "server": ("server._cli", "app", "server", "Gateway over vLLM: start, versions, load, promote, rollback."),
-    "collector": ("collector._cli", "app", "collector", "Collector: serve, export, score, stats, purge, anonymize."),
-    "trainer": ("trainer._cli", "app", "trainer", "Trainer: build the base model, SFT, the retrain job."),
-    "sandbox": ("sandboxes._cli", "app", "sandboxes", "Sandboxes: build the image, exec a command."),
-    "env": ("looplift._env_cli", "app", "sandboxes", "Task families: list them, try one with a reference policy."),
+
+# Each group's typer app, from the package's public `cli` module; imported only when the group is used,
+# here in a function so that the import stays visible to the import contracts and to mypy.
+def _server_cli() -> typer.Typer:
+    from server.cli import app as group
+
+    return group
+
+
+def _collector_cli() -> typer.Typer:
+    from collector.cli import app as group
+
+    return group
+
+
+def _trainer_cli() -> typer.Typer:
+    from trainer.cli import app as group
+
+    return group
+
+
+def _sandbox_cli() -> typer.Typer:
+    from sandboxes.cli import app as group
+
+    return group
+
+
+def _env_cli() -> typer.Typer:
+    from ._env_cli import app as group
+
+    return group
+
+
+#: name -> (loader of its typer app, extra, help). Loaded when the group is used (`_LazyGroups`).
+GROUPS: dict[str, tuple[Callable[[], typer.Typer], str, str]] = {
+    "server": (_server_cli, "server", "Gateway over vLLM: start, versions, load, promote, rollback."),
+    "collector": (_collector_cli, "collector", "Collector: serve, export, score, stats, purge, anonymize."),
+    "trainer": (_trainer_cli, "trainer", "Trainer: build the base model, SFT, the retrain job."),
+    "sandbox": (_sandbox_cli, "sandboxes", "Sandboxes: build the image, exec a command."),
+    "env": (_env_cli, "sandboxes", "Task families: list them, try one with a reference policy."),
 }
 
 
@@ -54,18 +89,17 @@ class _LazyGroups(TyperGroup):
 
 def _load_group(name: str) -> click.Command:
     """The click group of component `name`, or one that says which extra to install."""
-    module, attr, extra, help_text = GROUPS[name]
+    load, extra, help_text = GROUPS[name]
     try:
-        sub = getattr(__import__(module, fromlist=[attr]), attr)
+        sub = load()
     except ImportError as e:
         reason = str(e)  # `e` is unbound after the except block; the callback runs later
         sub = typer.Typer(help=f"{help_text} (needs `pip install looplift[{extra}]`)")
 
         @sub.callback(invoke_without_command=True)
         def _unavailable() -> None:
-            console.print(f"[red]error:[/red] `looplift {name}` needs the [{extra}] extra: {reason}. "
-                          f"Install it with `pip install 'looplift[{extra}]'`.")
-            raise typer.Exit(2)
+            cli_fail(f"`looplift {name}` needs the [{extra}] extra: {reason}. "
+                     f"Install it with `pip install 'looplift[{extra}]'`.", 2)
 
     group = typer.main.get_command(sub)
     group.name, group.help, group.short_help = name, help_text, None
@@ -76,12 +110,6 @@ app = typer.Typer(
     help="looplift: agents that get better from their own work. Start with `looplift up` or `looplift demo`.",
     no_args_is_help=True, pretty_exceptions_enable=False, cls=_LazyGroups,
 )
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    # Escaped (a message may name a [section]) and unwrapped: one line, however long.
-    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -139,8 +167,8 @@ def build_tiny_model() -> Path:
     try:
         from ._model import tiny_model
     except ImportError as e:
-        raise _fail(f"building the default model needs the [trainer] extra ({e}); install it with "
-                    "`pip install 'looplift[trainer]'` or pass --model DIR", 2) from None
+        cli_fail(f"building the default model needs the [trainer] extra ({e}); install it with "
+                 "`pip install 'looplift[trainer]'` or pass --model DIR", 2)
     return tiny_model(console)
 
 
@@ -168,6 +196,12 @@ def up(
                                                                             "llama3_json, mistral, ...); 'auto' reads it "
                                                                             "from the model's chat template, 'none' "
                                                                             "turns tool calls off."),
+    generation_config: str = typer.Option("vllm", "--generation-config",
+                                          help="vLLM --generation-config: 'vllm' samples what a request leaves out "
+                                               "with vLLM's neutral defaults (temperature 1, top_p 1), whose logprobs "
+                                               "GRPO can train on; 'auto' (or a directory) uses the model's "
+                                               "generation_config.json. With --upstream: the one those were started "
+                                               "with. Captured turns record it."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback --host without API keys "
                                                             "(anyone who reaches it can use the model and teach it)."),
     replicas: int = typer.Option(1, "--replicas", min=0, help="Local vLLM servers to start. With more than one upstream "
@@ -176,7 +210,8 @@ def up(
                                  "a local one that dies, and loads every version on all of them."),
     upstream: Optional[list[str]] = typer.Option(None, "--upstream", help="URL of a vLLM started elsewhere (repeatable), "
                                                  "added to the local ones. It must serve the base model as policy-v0 "
-                                                 "with runtime LoRA updating on, and read adapter paths as the gateway "
+                                                 "with runtime LoRA updating on and --generation-config as given here, "
+                                                 "and read adapter paths as the gateway "
                                                  "names them (a shared volume). A vLLM with its own data parallelism or "
                                                  "a router (vllm-router, llm-d) is one upstream."),
 ) -> None:
@@ -185,20 +220,20 @@ def up(
     A --host other than loopback needs API keys ($LOOPLIFT_API_KEYS, comma-separated) or --insecure: captured
     traffic and feedback become training data."""
     if sandbox not in (None, "docker", "local"):
-        raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+        cli_fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
     upstreams = tuple(u.rstrip("/") for u in upstream or ())
     for u in upstreams:
         if not u.startswith(("http://", "https://")):
-            raise _fail(f"--upstream {u!r} must be a URL like http://gpu-node:8001 (vLLM's address, no /v1)", 2)
+            cli_fail(f"--upstream {u!r} must be a URL like http://gpu-node:8001 (vLLM's address, no /v1)", 2)
     if replicas == 0 and not upstreams:
-        raise _fail("--replicas 0 needs at least one --upstream URL (nothing would serve)", 2)
+        cli_fail("--replicas 0 needs at least one --upstream URL (nothing would serve)", 2)
     for flag, port in (("--gateway-port", gateway_port), ("--collector-port", collector_port)):
         if not _port_free(host, port):  # fail before building a model and the ~40 s vLLM start, not after it
-            raise _fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
+            cli_fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
     if model is not None and not (model / "config.json").is_file():
-        raise _fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
+        cli_fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
     opts = _UpOptions(capture=capture, capture_keys=tuple(capture_key), tool_call_parser=tool_call_parser,
-                      insecure=insecure)
+                      insecure=insecure, generation_config=generation_config)
     try:
         gateway_settings = _gateway_settings(host, opts)  # an open endpoint is refused before anything starts
         plan = _plan_retrain(config, retrain, eval_spec)  # a bad cron or suite fails before anything starts
@@ -208,7 +243,7 @@ def up(
     except Exception as e:
         if not _known(e):
             raise
-        raise _fail(_one_line(e)) from None
+        cli_fail(_one_line(e))
 
 
 @dataclass(frozen=True)
@@ -217,11 +252,12 @@ class _UpOptions:
     capture_keys: tuple[str, ...] = ()
     tool_call_parser: str = "auto"
     insecure: bool = False
+    generation_config: str = "vllm"
 
 
 def _gateway_settings(host: str, opts: _UpOptions) -> Any:
     """The gateway's settings for `up`; raises `server.InsecureBindError` for an open, keyless endpoint and
-    `typer.Exit` for a capture key id that is not one of the configured keys'."""
+    exits (`cli_fail`, code 2) for a capture key id that is not one of the configured keys'."""
     from server import GatewaySettings, check_bind, key_id
 
     settings = GatewaySettings.from_env()
@@ -229,10 +265,11 @@ def _gateway_settings(host: str, opts: _UpOptions) -> Any:
     ids = {key_id(k) for k in settings.api_keys}
     unknown = [k for k in opts.capture_keys if k not in ids]
     if unknown:
-        raise _fail(f"--capture-key {unknown[0]} is not the id of a configured API key (ids: "
-                    f"{', '.join(sorted(ids)) or 'none: set LOOPLIFT_API_KEYS'})", 2)
+        cli_fail(f"--capture-key {unknown[0]} is not the id of a configured API key (ids: "
+                 f"{', '.join(sorted(ids)) or 'none: set LOOPLIFT_API_KEYS'})", 2)
     return dataclasses.replace(settings, capture=settings.capture or opts.capture,
-                               capture_key_ids=settings.capture_key_ids | set(opts.capture_keys))
+                               capture_key_ids=settings.capture_key_ids | set(opts.capture_keys),
+                               generation_config=opts.generation_config)
 
 
 def _plan_retrain(config: Optional[Path], retrain: Optional[str], eval_spec: Optional[str]) -> Any:
@@ -244,12 +281,11 @@ def _plan_retrain(config: Optional[Path], retrain: Optional[str], eval_spec: Opt
     except ImportError as e:
         if retrain is None and eval_spec is None and config is None:
             return None  # no [trainer] extra and nothing asked for: `up` serves without a scheduler
-        raise _fail(f"--retrain needs the [trainer] extra ({e}); install it with `pip install 'looplift[trainer]'`",
-                    2) from None
+        cli_fail(f"--retrain needs the [trainer] extra ({e}); install it with `pip install 'looplift[trainer]'`", 2)
     except Exception as e:
         if not _known(e):
             raise
-        raise _fail(_one_line(e), 2) from None
+        cli_fail(_one_line(e), 2)
 
 
 def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int, sandbox: Optional[str],
@@ -275,14 +311,14 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
     backend = sandbox or _detect_sandbox()
     console.print("starting vLLM ...")
     if (gateway_settings.capture or gateway_settings.capture_key_ids) and collector_settings is None:
-        raise _fail("--capture needs the collector (install `looplift[collector]`): captured traffic is stored there", 2)
+        cli_fail("--capture needs the collector (install `looplift[collector]`): captured traffic is stored there", 2)
     config = StackConfig(model_dir=model, gateway=gateway_settings, collector=collector_settings, host=host,
                          gateway_port=gateway_port, collector_port=collector_port,
                          vllm_log=home / "logs" / "vllm.log", replicas=replicas, upstreams=upstreams,
                          tool_call_parser=opts.tool_call_parser,
                          insecure=opts.insecure)
     if plan is not None and collector_settings is None:
-        raise _fail("--retrain needs the collector (install `looplift[collector]`): the job trains on its data", 2)
+        cli_fail("--retrain needs the collector (install `looplift[collector]`): the job trains on its data", 2)
     from ._retrain import retrain_in_stack
 
     with Stack(config) as stack, retrain_in_stack(
@@ -296,7 +332,8 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
                 "replicas": [r.url for r in stack.local] + list(upstreams),
                 "capture": "all" if gateway_settings.capture else sorted(gateway_settings.capture_key_ids) or "off",
                 "api_key_ids": [key_id(k) for k in gateway_settings.api_keys],
-                "tool_call_parser": _parser_in(stack.vllm.command) if stack.vllm is not None else None}
+                "tool_call_parser": _parser_in(stack.vllm.command) if stack.vllm is not None else None,
+                "generation_config": gateway_settings.generation_config}
         console.print_json(json.dumps(info))
         if stack.collector:  # the token travels in the fragment, which the browser never sends to a server
             console.print(f"dashboard: {stack.collector.url}/dashboard#token={config.gateway.admin_token}", highlight=False,
@@ -307,10 +344,10 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
             # One vLLM: its death ends `up`. Several: the gateway takes a dead one out and restarts it.
             if stack.gateway.app.replicas is None and stack.vllm is not None and not stack.vllm.alive:
                 why = _log_cause(stack.vllm.log_tail())
-                raise _fail(f"vLLM exited with code {stack.vllm.process.returncode}"
-                            + (f": {why}" if why else "") + f" (log: {stack.vllm.log_path})")
+                cli_fail(f"vLLM exited with code {stack.vllm.process.returncode}"
+                         + (f": {why}" if why else "") + f" (log: {stack.vllm.log_path})")
             if not stack.gateway.running:
-                raise _fail("the gateway thread exited")
+                cli_fail("the gateway thread exited")
 
 
 def _parser_in(argv: list[str]) -> Optional[str]:
@@ -335,41 +372,53 @@ def _detect_sandbox() -> str:
 def demo(
     cycles: int = typer.Option(3, min=1, help="Train/gate/publish cycles after the base-model eval."),
     episodes: Optional[int] = typer.Option(None, min=8, help="Rollouts per cycle (default: 256 for sft; 1024 for "
-                                           "grpo, which needs ~650-1150 rollouts to reach 90% and whose gate only "
+                                           "online-grpo, which needs ~650-1150 rollouts to reach 90% and whose gate only "
                                            "promotes a significant gain, so the first cycle must carry most of it)."),
     held_out: int = typer.Option(100, min=10, help="Held-out tasks (never trained on)."),
     json_out: Path = typer.Option(Path("bench/results/demo.json"), help="Where to write the per-cycle JSON."),
     chart: Optional[Path] = typer.Option(None, help="PNG chart path (default: beside --json-out)."),
     sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
     seed: int = typer.Option(0, help="Seed for the rollout tasks and sampling."),
-    algo: str = typer.Option("sft", help="sft: rejection-sampling SFT per cycle | grpo: the cycle's rollouts "
-                                         "spent on online GRPO updates (a new adapter version each)."),
+    algo: str = typer.Option("sft", help="sft: rejection-sampling SFT per cycle | online-grpo: the cycle's "
+                                         "rollouts spent on online GRPO updates (a new adapter version each). "
+                                         "Offline GRPO on stored data is `trainer run --algo grpo`."),
 ) -> None:
     """Run the closed loop on the embedded default and show held-out success per cycle."""
     if sandbox not in (None, "docker", "local"):
-        raise _fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
-    if algo not in ("sft", "grpo"):
-        raise _fail(f"--algo must be sft or grpo, not {algo!r} (DPO trains from feedback: `trainer run --algo dpo`)", 2)
+        cli_fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    if algo == "grpo":  # its old name: refused, not read as either, since `trainer run --algo grpo` is offline
+        cli_fail("the demo's online GRPO is `--algo online-grpo` (rollouts during training); `--algo grpo` is "
+                 "`trainer run --algo grpo`, offline GRPO on an export of stored trajectories", 2)
+    if algo not in ("sft", "online-grpo"):
+        cli_fail(f"--algo must be sft or online-grpo, not {algo!r} (DPO trains from feedback: "
+                 "`trainer run --algo dpo`)", 2)
     try:
         from ._demo import DemoConfig, run_demo
     except ImportError as e:
-        raise _fail(f"`looplift demo` needs the whole stack ({e}); install it with `pip install 'looplift[cpu]'`",
-                    2) from None
+        cli_fail(f"`looplift demo` needs the whole stack ({e}); install it with `pip install 'looplift[cpu]'`", 2)
     try:
         if episodes is None:
-            episodes = 1024 if algo == "grpo" else 256
+            episodes = 1024 if algo == "online-grpo" else 256
         result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
                                      chart_out=chart, sandbox_backend=sandbox, seed=seed, algo=algo), console=console)
     except Shutdown as s:
-        raise _fail(f"interrupted by {s}; everything the demo started has exited", 128 + s.signum) from None
+        cli_fail(f"interrupted by {s}; everything the demo started has exited", 128 + s.signum)
     except Exception as e:
         if not _known(e):
             raise
-        raise _fail(_one_line(e)) from None
+        cli_fail(_one_line(e))
     _print_demo(result)
 
 
 def _print_demo(result: dict[str, Any]) -> None:
+    # Whole in a log too (rich cuts a table to 80 columns when stdout is not a terminal).
+    print_table(Console(), demo_table(result))
+    console.print(f"failed requests during swaps: {result['swap_failed_requests']} of {result['swap_requests']}")
+    console.print(f"wrote {result['json_out']} and chart {result.get('chart')}  (total {result['total_seconds']:.0f} s)")
+
+
+def demo_table(result: dict[str, Any]) -> Any:
+    """The demo's final table (a rich `Table`): one row per cycle of `result["cycles"]`."""
     from rich.table import Table
 
     table = Table(title="held-out success per cycle")
@@ -383,9 +432,7 @@ def _print_demo(result: dict[str, Any]) -> None:
                       "-" if c.get("rollouts_dropped") is None else str(c["rollouts_dropped"]),
                       str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
                       "yes" if c["promoted"] else "no", figures, f"{c['seconds']:.0f}")
-    Console(width=max(100, Console().width)).print(table)
-    console.print(f"failed requests during swaps: {result['swap_failed_requests']} of {result['swap_requests']}")
-    console.print(f"wrote {result['json_out']} and chart {result.get('chart')}  (total {result['total_seconds']:.0f} s)")
+    return table
 
 
 @app.command()
@@ -418,13 +465,28 @@ def status(
         raise typer.Exit(1)
 
 
-def main() -> None:
-    """Entry point of the `looplift` console script."""
+def _run(command: Callable[[], object]) -> None:
     # Signals are handled from here on, before a command imports what it needs (seconds for torch):
     # SIGTERM at any moment stops what was started and exits with one line.
     with shutdown_on_signals():
         try:
-            app()
+            command()
         except Shutdown as s:  # outside `up`/`demo`, which report it themselves
             console.print(f"interrupted by {s}", highlight=False)
             sys.exit(128 + s.signum)
+
+
+def main() -> None:
+    """Entry point of the `looplift` console script."""
+    _run(app)
+
+
+def collector_main() -> None:
+    """Entry point of the `collector` console script: `looplift collector`, which names the extra to install
+    when it is missing (the `collector` package itself cannot even be imported then)."""
+    _run(lambda: _load_group("collector")(prog_name="collector"))
+
+
+def trainer_main() -> None:
+    """Entry point of the `trainer` console script (`looplift trainer`; see `collector_main`)."""
+    _run(lambda: _load_group("trainer")(prog_name="trainer"))

@@ -16,38 +16,40 @@ one-line error that lists the valid names, exit code 2.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 from rich.console import Console
 
+from sdk.errors import ConfigError
+from sdk.infra import cli_fail, import_object, print_table
+
+if TYPE_CHECKING:
+    from sdk import EnvFamily, Policy, Trajectory
+
 app = typer.Typer(help="Task families: list them, try one with a reference policy (no model needed).",
                   no_args_is_help=True, add_completion=False)
 _out = Console()
-_err = Console(stderr=True)
+
+#: `cli_fail`'s code for bad input (an unknown family, policy or split), as documented above.
+_BAD_INPUT = 2
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    _err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-def _families() -> dict[str, Callable[[], Any]]:
+def _families() -> dict[str, Callable[[], EnvFamily]]:
     try:
         from envs import env_families
     except ImportError as e:
-        raise _fail(f"task families need the [sandboxes] extra ({e}); `pip install 'looplift[sandboxes]'`") from None
+        cli_fail(f"task families need the [sandboxes] extra ({e}); `pip install 'looplift[sandboxes]'`", _BAD_INPUT)
     return env_families()
 
 
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="One JSON object per line.")) -> None:
     """List the task families: name, description, policies (loading each one; none starts a sandbox)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, load in _families().items():
         try:
             fam = load()
@@ -70,29 +72,28 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="One JSON object
     for r in rows:
         table.add_row(r["env"], ", ".join(r.get("policies", [])) or "-",
                       r.get("description") or f"[red]unavailable[/red]: {r.get('error')}")
-    _out.print(table)
+    print_table(_out, table)
 
 
-def _resolve(fam: Any, policy: str) -> dict[str, Any]:
+def _resolve(fam: EnvFamily, policy: str) -> dict[str, Policy]:
     """name -> policy callable for `policy` ("cheat" expands to every cheat)."""
     if policy == "cheat":
         return {name: fam.policies[name] for name in fam.cheats()}
     if policy in fam.policies:
         return {policy: fam.policies[policy]}
     if ":" in policy:
-        module, _, attr = policy.partition(":")
         try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise _fail(f"cannot load policy {policy!r}: {e}") from None
+            fn = import_object(policy, what="cannot load policy")
+        except ConfigError as e:
+            cli_fail(str(e), _BAD_INPUT)
         if not callable(fn):
-            raise _fail(f"{policy!r} is not callable; a policy is (task, messages) -> Message | str")
+            cli_fail(f"{policy!r} is not callable; a policy is (task, messages) -> Message | str", _BAD_INPUT)
         return {policy: fn}
     valid = ", ".join(["cheat", *sorted(fam.policies)])
-    raise _fail(f"unknown policy {policy!r} for {fam.name}; use one of: {valid}, or PKG.MODULE:ATTR")
+    cli_fail(f"unknown policy {policy!r} for {fam.name}; use one of: {valid}, or PKG.MODULE:ATTR", _BAD_INPUT)
 
 
-def _summary(trajs: list[Any]) -> dict[str, Any]:
+def _summary(trajs: list[Trajectory]) -> dict[str, Any]:
     n = len(trajs)
     ok = sum(1 for t in trajs if t.outcome and t.outcome.success)
     reward = sum(t.outcome.reward for t in trajs if t.outcome)
@@ -116,11 +117,11 @@ def try_cmd(
     """Run a reference policy on N tasks of a family and print its success rate and mean reward."""
     families = _families()
     if name not in families:
-        raise _fail(f"unknown env {name!r}; use one of: {', '.join(sorted(families))}")
+        cli_fail(f"unknown env {name!r}; use one of: {', '.join(sorted(families))}", _BAD_INPUT)
     if split not in ("held_out", "train"):
-        raise _fail(f"unknown split {split!r}; use one of: held_out, train")
+        cli_fail(f"unknown split {split!r}; use one of: held_out, train", _BAD_INPUT)
     if sandbox not in (None, "docker", "local"):
-        raise _fail(f"--sandbox must be docker or local, not {sandbox!r}")
+        cli_fail(f"--sandbox must be docker or local, not {sandbox!r}", _BAD_INPUT)
     if sandbox:
         os.environ["LOOPLIFT_SANDBOX"] = sandbox  # read by the families' pools (envs.BACKEND_ENV)
     os.environ.setdefault("LOOPLIFT_SANDBOX_POOL", str(concurrency))  # a sandbox for each concurrent episode
@@ -129,19 +130,17 @@ def try_cmd(
     try:
         fam = families[name]()
     except Exception as e:  # noqa: BLE001 - a family that cannot load says why, in one line
-        raise _fail(f"cannot load the {name} family: {type(e).__name__}: {e}", 1) from None
+        cli_fail(f"cannot load the {name} family: {type(e).__name__}: {e}", 1)
     try:
         policies = _resolve(fam, policy)
-        tasks = fam.tasks(split, episodes, seed)  # type: ignore[arg-type]
-        runs: dict[str, list[Any]] = {}
+        tasks = fam.tasks(split, episodes, seed)  # type: ignore[arg-type]  # checked above: held_out or train
+        runs: dict[str, list[Trajectory]] = {}
         for pname, fn in policies.items():
             runs[pname] = sdk.run(tasks, fam.env_factory, verifier=fam.verifier, policy=fn, budget=fam.budget,
                                   system_prompt=fam.system_prompt, tool_choice=fam.tool_choice,
                                   concurrency=concurrency, app=f"env-try-{name}")
-    except typer.Exit:
-        raise
     except Exception as e:  # noqa: BLE001 - the machinery failed (no sandbox, ...): one line
-        raise _fail(f"{type(e).__name__}: {e}", 1) from None
+        cli_fail(f"{type(e).__name__}: {e}", 1)
     finally:
         if fam.close is not None:
             fam.close()
@@ -162,4 +161,4 @@ def try_cmd(
     for p, trajs in runs.items():
         s = _summary(trajs)
         table.add_row(name, p, str(s["episodes"]), f"{s['success_rate']:.1%}", f"{s['mean_reward']:.3f}")
-    _out.print(table)
+    print_table(_out, table)

@@ -18,7 +18,11 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from sdk import EvalSuite
+    from trainer import CanaryConfig, LoopliftConfig, ScheduleConfig, Scheduler
 
 #: Seconds the stack waits for a running retrain job to stop (it stops at its next optimizer step or episode).
 STOP_GRACE_S = 60.0
@@ -28,15 +32,13 @@ STOP_GRACE_S = 60.0
 class RetrainPlan:
     """What the scheduler will run, checked before the stack starts."""
 
-    config: Any
-    """`trainer.LoopliftConfig`."""
-    schedule: Any
-    """`trainer.ScheduleConfig`."""
-    suite: Any
-    """The `sdk.EvalSuite` the gate runs."""
+    config: LoopliftConfig
+    schedule: ScheduleConfig
+    suite: EvalSuite
+    """The suite the gate runs."""
     eval_spec: str
-    canary: Any = None
-    """`trainer.CanaryConfig` of the canary watch."""
+    canary: CanaryConfig
+    """The canary watch's settings."""
 
 
 def plan_retrain(config_path: Optional[Path], cron: Optional[str], eval_spec: Optional[str]) -> Optional[RetrainPlan]:
@@ -49,12 +51,14 @@ def plan_retrain(config_path: Optional[Path], cron: Optional[str], eval_spec: Op
         return None
     sched = schedule_config(cfg, cron=cron)
     spec = eval_spec if eval_spec is not None else cfg.trainer.get("eval")
-    return RetrainPlan(cfg, sched, load_suite(spec), spec, canary_config(cfg))
+    suite = load_suite(spec)  # raises SuiteError when no suite is named
+    assert spec is not None
+    return RetrainPlan(cfg, sched, suite, spec, canary_config(cfg))
 
 
 @contextlib.contextmanager
 def retrain_in_stack(plan: Optional[RetrainPlan], *, gateway_url: str, db_url: str, admin_token: str, model_dir: Path,
-                     say: Callable[[str], None], grace_s: Optional[float] = None) -> Iterator[Any]:
+                     say: Callable[[str], None], grace_s: Optional[float] = None) -> Iterator[Optional[Scheduler]]:
     """Run the plan's scheduler in a thread for the block (nothing when `plan` is None); yields the Scheduler."""
     if plan is None:
         yield None

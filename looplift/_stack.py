@@ -18,7 +18,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    from collector import CollectorSettings
+    from server import GatewaySettings, LocalReplica, VLLMServer
 
 
 class StackError(Exception):
@@ -31,10 +35,9 @@ class StackConfig:
     makes throwaway ones); `collector` None runs without a collector."""
 
     model_dir: Path
-    gateway: Any
-    """`server.GatewaySettings`."""
-    collector: Optional[Any] = None
-    """`collector.CollectorSettings`, or None for no collector."""
+    gateway: GatewaySettings
+    collector: Optional[CollectorSettings] = None
+    """None for no collector."""
     host: str = "127.0.0.1"
     gateway_port: int = 8000
     collector_port: int = 8100
@@ -58,10 +61,12 @@ class Stack:
         self.config = config
         self._on_progress = on_vllm_progress
         self._exit = contextlib.ExitStack()
-        self.vllm: Any = None
-        """The first local vLLM (`server.VLLMServer`), None with only upstreams."""
-        self.local: list[Any] = []
-        """Every local replica (`server.LocalReplica`; its `.server` changes when the gateway restarts it)."""
+        self.vllm: Optional[VLLMServer] = None
+        """The first local vLLM, None with only upstreams."""
+        self.local: list[LocalReplica] = []
+        """Every local replica (its `.server` changes when the gateway restarts it)."""
+        # `server.GatewayHandle` and `collector.ServerHandle` once started (None before; `collector` stays None
+        # without a collector). Any: the callers read them after `start()` without a None check.
         self.gateway: Any = None
         self.collector: Any = None
 
@@ -78,14 +83,16 @@ class Stack:
 
             check_bind(cfg.host, cfg.gateway.api_keys, insecure=cfg.insecure)  # before the ~40 s of vLLM
             if cfg.replicas:
+                # Started with the generation config the gateway records on captured turns and announces.
                 self.local = start_local_replicas(VLLMConfig(model_dir=cfg.model_dir, port=0, log_path=cfg.vllm_log,
                                                              extra_args=cfg.vllm_args,
-                                                             tool_call_parser=cfg.tool_call_parser),
+                                                             tool_call_parser=cfg.tool_call_parser,
+                                                             generation_config=cfg.gateway.generation_config),
                                                   cfg.replicas, progress=self._on_progress)
                 for replica in self.local:
                     self._exit.callback(replica.stop)
             self.vllm = self.local[0].server if self.local else None
-            upstreams = [*self.local, *cfg.upstreams]
+            upstreams: list[str | LocalReplica] = [*self.local, *cfg.upstreams]
             if not upstreams:
                 raise StackError("nothing to serve: start at least one local vLLM (--replicas) or give --upstream")
             self.gateway = start_gateway_in_thread(cfg.gateway, upstreams if len(upstreams) > 1 else upstreams[0],

@@ -1,7 +1,7 @@
 """`looplift sandbox …`: build the sandbox image, run one command in a sandbox, show the backend choice.
 
 A typer `app` the looplift CLI mounts as `looplift sandbox`; also runnable as
-`python -m sandboxes._cli` (scripts/setup_docker.sh does). Errors print a message, never a
+`python -m sandboxes.cli` (scripts/setup_docker.sh does). Errors print a message, never a
 traceback. `exec` exits with the command's own exit code, 124 when it timed out, 2 on bad input and
 125 when the sandbox machinery failed (Docker's convention for "the engine, not the command").
 This module only parses flags and prints; the work happens in the package.
@@ -17,6 +17,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from sdk.infra import cli_fail
+
 from . import _defaults
 from ._config import SandboxConfig
 from ._factory import choose_backend, make_sandbox
@@ -31,11 +33,6 @@ _err = Console(stderr=True)
 EXIT_TIMEOUT = 124
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_ERROR = 125
-
-
-def _fail(message: str, code: int) -> None:
-    _err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
 
 
 @app.command("build-image")
@@ -56,7 +53,7 @@ def build_image_cmd(
     try:
         how = build_image(tag, flavor=flavor, force=force, progress=progress, pull=pull)
     except SandboxError as e:
-        _fail(str(e), 1)
+        cli_fail(str(e), 1)
     if as_json:
         _out.print_json(json.dumps({"tag": tag, "how": how}))
     else:
@@ -78,11 +75,11 @@ def exec_cmd(
 ) -> None:
     """Run one command in a fresh sandbox and print what it did."""
     if backend not in ("auto", "docker", "local"):
-        _fail(f"--backend must be docker, local or auto, not {backend!r}", EXIT_BAD_INPUT)
+        cli_fail(f"--backend must be docker, local or auto, not {backend!r}", EXIT_BAD_INPUT)
     try:
         config = SandboxConfig(image=image, memory_mb=memory, timeout_s=timeout)
     except ValueError as e:
-        _fail(str(e), EXIT_BAD_INPUT)
+        cli_fail(str(e), EXIT_BAD_INPUT)
     data = sys.stdin.buffer.read() if stdin else None
 
     def live(stream: str, text: str) -> None:  # plain mode: output appears as the command writes it
@@ -95,9 +92,9 @@ def exec_cmd(
             result = sb.exec(cmd, stdin=data, on_output=None if as_json else live)
             used = sb.backend
     except SandboxError as e:
-        _fail(str(e), EXIT_SANDBOX_ERROR)
+        cli_fail(str(e), EXIT_SANDBOX_ERROR)
     except ValueError as e:
-        _fail(str(e), EXIT_BAD_INPUT)
+        cli_fail(str(e), EXIT_BAD_INPUT)
     if as_json:
         print(json.dumps({**result.to_dict(), "backend": used}))
     else:
@@ -137,7 +134,7 @@ def info_cmd(
 
 
 def main() -> None:
-    """Entry point for `python -m sandboxes._cli`."""
+    """Entry point for `python -m sandboxes.cli`."""
     app()
 
 

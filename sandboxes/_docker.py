@@ -367,18 +367,21 @@ class DockerSandbox(Sandbox):
                 if not ready:
                     continue
             try:
-                chunk = self._sock.recv(1 << 16)
+                received = self._sock.recv(1 << 16)
             except OSError:
-                chunk = b""
-            if not chunk:
+                received = b""
+            if not received:
                 raise SandboxBrokenError("the container stopped", sandbox_id=self.id)
-            self._rbuf += chunk
+            self._rbuf += received
 
     def _state(self) -> dict[str, Any] | None:
         """The container's `State` as the engine reports it, or None when it cannot be inspected
         (removed, or the engine went away)."""
+        cid = self._holder["id"]
+        if cid is None:
+            return None  # never created (docker-py would refuse the None id with a DockerException)
         try:
-            state: dict[str, Any] = self._api.inspect_container(self._holder["id"])["State"]
+            state: dict[str, Any] = self._api.inspect_container(cid)["State"]
         except self._docker.errors.DockerException:
             return None
         return state

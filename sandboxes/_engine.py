@@ -43,16 +43,16 @@ def docker_client(timeout: float | None = None, *, url: str | None = None) -> do
     `_defaults.PING_TIMEOUT_S`; later API calls on the client have no client-side timeout, the sandbox
     enforces its own deadlines).
     """
-    docker = _import_docker()
+    docker_py = _import_docker()
     ping_timeout = _defaults.PING_TIMEOUT_S if timeout is None else timeout
     where = url or _engine_address()
     try:
         if url is None:
-            client = docker.from_env(timeout=ping_timeout)
+            client = docker_py.from_env(timeout=ping_timeout)
         else:
-            tls = docker.utils.kwargs_from_env().get("tls") if url.startswith("tcp://") else None
-            client = docker.DockerClient(base_url=url, timeout=ping_timeout, tls=tls or False,
-                                         use_ssh_client=url.startswith("ssh://"))
+            tls = docker_py.utils.kwargs_from_env().get("tls") if url.startswith("tcp://") else None
+            client = docker_py.DockerClient(base_url=url, timeout=ping_timeout, tls=tls or False,
+                                            use_ssh_client=url.startswith("ssh://"))
         client.ping()
     except Exception as e:  # docker-py raises DockerException, requests errors or OSError here
         raise EngineUnavailableError(
@@ -62,8 +62,9 @@ def docker_client(timeout: float | None = None, *, url: str | None = None) -> do
     # Exec streams can legitimately stay silent for the whole command timeout; the sandbox enforces
     # deadlines itself, so the HTTP client must not give up first.
     client.api.timeout = None
-    client.looplift_engine_url = where
-    return client
+    client.looplift_engine_url = where  # our tag, read back with getattr (`client` is Any: imported lazily)
+    answered: docker.DockerClient = client
+    return answered
 
 
 def engine_answers(timeout: float | None = None) -> bool:

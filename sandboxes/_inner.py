@@ -26,6 +26,8 @@ most `limit + 1` bytes of each stream are forwarded, so the host can tell trunca
 and dropped so the command never blocks on a full pipe), `x` the JSON result that ends a request.
 """
 
+from __future__ import annotations
+
 import base64
 import ctypes
 import errno
@@ -36,6 +38,7 @@ import signal
 import struct
 import sys
 import time
+from typing import Any, Callable, Dict
 
 UID = GID = 65534  # sandboxes._defaults.SANDBOX_UID (this file runs alone: no imports of ours)
 WORKDIR = "/work"
@@ -46,7 +49,7 @@ _CHUNK = 1 << 16
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _become_sandbox_user():
+def _become_sandbox_user() -> None:
     for cap in range(64):
         if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
             break  # past the kernel's last capability
@@ -55,7 +58,7 @@ def _become_sandbox_user():
     os.setresuid(UID, UID, UID)
 
 
-def _oom_kills():
+def _oom_kills() -> int:
     """The memory cgroup's OOM-kill counter (v2 `memory.events`, v1 `memory.oom_control`), -1 if unknown."""
     for path in _OOM_FILES:
         try:
@@ -69,7 +72,7 @@ def _oom_kills():
     return -1
 
 
-def kill_all():
+def kill_all() -> None:
     """SIGKILL every process in the container but this one and pid 1."""
     try:
         os.kill(-1, signal.SIGKILL)
@@ -77,7 +80,7 @@ def kill_all():
         pass  # nothing to kill
 
 
-def _fork():
+def _fork() -> int:
     while True:
         try:
             return os.fork()
@@ -86,7 +89,7 @@ def _fork():
             time.sleep(0.001)
 
 
-def _remove(path):
+def _remove(path: str) -> None:
     try:
         if os.path.isdir(path) and not os.path.islink(path):
             for name in os.listdir(path):
@@ -98,7 +101,7 @@ def _remove(path):
         pass  # already gone
 
 
-def reset():
+def reset() -> None:
     """Kill everything commands started and empty the scratch dirs (as the sandbox user, in a child)."""
     kill_all()
     pid = _fork()
@@ -113,7 +116,7 @@ def reset():
     os.waitpid(pid, 0)
 
 
-def _spawn(req, out_w, err_w, in_r):
+def _spawn(req: Dict[str, Any], out_w: int, err_w: int, in_r: int) -> int:
     argv = req["argv"]
     pid = _fork()
     if pid != 0:
@@ -139,7 +142,7 @@ def _spawn(req, out_w, err_w, in_r):
     os._exit(126)
 
 
-def run(req, send):
+def run(req: Dict[str, Any], send: Callable[[bytes, bytes], None]) -> Dict[str, Any]:
     """Run one command; stream its output through `send(kind, bytes)`; return the result dict."""
     limit = int(req["limit"]) + 1
     timeout = float(req["timeout"])
@@ -169,7 +172,7 @@ def run(req, send):
         in_w = -1
     deadline = t0 + timeout
     timed_out = False
-    status = None
+    status: int | None = None
     while True:
         if status is None:
             done, st = os.waitpid(pid, os.WNOHANG)
@@ -218,9 +221,9 @@ def run(req, send):
             if room > 0:
                 send(kinds[fd], chunk[:room])
                 forwarded[fd] += min(room, len(chunk))
-    for fd in [*forwarded, in_w, pidfd]:
-        if fd is not None and fd >= 0:
-            os.close(fd)
+    for open_fd in [*forwarded, in_w, pidfd]:
+        if open_fd is not None and open_fd >= 0:
+            os.close(open_fd)
     sel.close()
     duration = time.monotonic() - t0
     code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
@@ -228,7 +231,7 @@ def run(req, send):
     return {"exit_code": None if timed_out else code, "timed_out": timed_out, "oom_killed": oom, "duration_s": duration}
 
 
-def _read_exact(fd, n):
+def _read_exact(fd: int, n: int) -> bytes | None:
     buf = bytearray()
     while len(buf) < n:
         chunk = os.read(fd, min(n - len(buf), 1 << 20))
@@ -238,10 +241,10 @@ def _read_exact(fd, n):
     return bytes(buf)
 
 
-def main():
+def main() -> None:
     out = sys.stdout.buffer
 
-    def send(kind, payload):
+    def send(kind: bytes, payload: bytes) -> None:
         out.write(kind + struct.pack(">I", len(payload)) + payload)
         out.flush()
 
@@ -252,7 +255,7 @@ def main():
         if body is None:
             return  # the host closed the connection: the container is being removed
         try:
-            req = json.loads(body)
+            req: Dict[str, Any] = json.loads(body)
             op = req.get("op")
             if op == "exec":
                 result = run(req, send)

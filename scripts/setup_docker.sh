@@ -11,7 +11,7 @@
 #   2. start `dockerd --bridge=none --iptables=false` in the background (log: /tmp/dockerd.log) when
 #      `docker info` does not answer, then wait up to 60 s for it. --bridge=none because sandboxes need
 #      no network and no traffic may leave for private address ranges;
-#   3. build the sandbox image offline (`python -m sandboxes._cli build-image`), a no-op if it exists;
+#   3. build the sandbox image offline (`python -m sandboxes.cli build-image`), a no-op if it exists;
 #   4. build the 3D sandbox image the same way plus Blender as the `bpy` wheel (`build-image --3d`: ~1 minute
 #      and a 373 MB wheel download from the package index; ~1.3 GB on disk), a no-op if it exists.
 #      LOOPLIFT_SKIP_3D_IMAGE=1 skips it (the modeling family then cannot run here).
@@ -63,8 +63,8 @@ if [ ! -x "$PYTHON" ]; then
     exit 1
 fi
 cd "$HERE"
-"$PYTHON" -m sandboxes._cli build-image
+"$PYTHON" -m sandboxes.cli build-image
 if [ "${LOOPLIFT_SKIP_3D_IMAGE:-0}" != "1" ]; then
-    "$PYTHON" -m sandboxes._cli build-image --3d
+    "$PYTHON" -m sandboxes.cli build-image --3d
 fi
 log "done"

@@ -3,7 +3,7 @@
 Model aliases map to versioned LoRA adapters that can be hot-swapped without dropping a request, rolled
 back with one call, or tried on a share of the traffic first (canary), over one vLLM or several replicas;
 the package also starts and supervises vLLM, and exposes `/health` and Prometheus `/metrics`. The CLI
-group lives in `server._cli.app` (mounted as `looplift server`).
+group lives in `server.cli.app` (mounted as `looplift server`).
 """
 
 from ._admin import AdminClient

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
-_scan_value = json.JSONDecoder().scan_once  # C: (value, end) for the JSON value starting at an index
+# C: (value, end) for the JSON value starting at an index (typeshed does not declare `scan_once`).
+_scan_value: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _scan_string = json.decoder.scanstring  # type: ignore[attr-defined]  # C: (str, end) from just after a quote
-_skip_ws = re.compile(r"[ \t\n\r]*").match
+# The pattern matches the empty string, so `match` never returns None here.
+_skip_ws = cast("Callable[[str, int], re.Match[str]]", re.compile(r"[ \t\n\r]*").match)
 
 
 class BadRequest(Exception):

@@ -12,8 +12,9 @@ The hash is blake2b (8 bytes) read as a number in [0, 1): uniform enough that 10
 only while a canary runs; requests naming a version directly are never split.
 
 Deliberately not here: deciding anything (the trainer's canary watch compares the live outcomes and calls
-the admin API), persisting the canary (the registry saves it in `registry.json` and resumes it after a restart),
-and sticky routing by API key or client address (the session header is the one the capture stitches by).
+the admin API), starting, ending and persisting the canary (`_canary_state`, inside the registry: saved in
+`registry.json` and resumed after a restart), and sticky routing by API key or client address (the session
+header is the one the capture stitches by).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from sdk.infra import Shutdown, shutdown_on_signals
+from sdk.infra import Shutdown, cli_fail, print_table, shutdown_on_signals
 
 from . import _defaults as D
 from ._admin import AdminClient
@@ -31,7 +31,6 @@ from .errors import ServerError
 app = typer.Typer(help="The OpenAI-compatible gateway over vLLM: start it, load/promote/roll back versions.",
                   no_args_is_help=True)
 out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 
 URL = typer.Option(D.GATEWAY_URL, "--url", help="Gateway base URL.")
@@ -43,8 +42,7 @@ def _run(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except ServerError as e:
-        err.print(f"[red]error:[/red] {e.message}", markup=True, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        cli_fail(e.message, 1)
 
 
 def _emit(result: BaseModel, as_json: bool, render: Callable[[Any], None]) -> None:
@@ -61,7 +59,8 @@ def start(
     upstream: Optional[list[str]] = typer.Option(None, "--upstream", help="URL of a vLLM started elsewhere (a GPU node, "
                                                  "a Kubernetes service); repeatable, and added to the local ones with "
                                                  "--model. It must serve the base model as <alias>-v0 "
-                                                 "(--served-model-name policy-v0) with runtime LoRA enabled and read "
+                                                 "(--served-model-name policy-v0) with runtime LoRA enabled and "
+                                                 "--generation-config vllm (else pass the one it has), and read "
                                                  "adapter paths as the gateway names them (a shared volume)."),
     replicas: int = typer.Option(1, "--replicas", min=1, help="With --model: local vLLM servers to start, each on its "
                                  "own cores (or GPUs). With more than one upstream in all, the gateway routes among "
@@ -79,6 +78,12 @@ def start(
     tool_call_parser: str = typer.Option(D.TOOL_CALL_PARSER, "--tool-call-parser",
                                          help="vLLM tool-call parser (hermes, pythonic, llama3_json, mistral, ...); "
                                               "'auto' reads it from the model's chat template, 'none' turns it off."),
+    generation_config: str = typer.Option(D.GENERATION_CONFIG, "--generation-config",
+                                          help="vLLM --generation-config: 'vllm' samples what a request leaves out "
+                                               "with vLLM's neutral defaults (temperature 1, top_p 1), whose logprobs "
+                                               "GRPO can train on; 'auto' (or a directory) uses the model's "
+                                               "generation_config.json. With --upstream: the one those were started "
+                                               "with. Captured turns record it."),
     capture: bool = typer.Option(False, "--capture", help="Capture every chat exchange into the collector "
                                                           "(needs --collector-url or $LOOPLIFT_COLLECTOR_URL)."),
     collector_url: Optional[str] = typer.Option(None, "--collector-url",
@@ -94,26 +99,22 @@ def start(
 
     upstreams = [u.rstrip("/") for u in upstream or ()]
     if model is None and not upstreams:
-        err.print("[red]error:[/red] give --model DIR (start vLLM here), --upstream URL (a vLLM started elsewhere; "
-                  "repeatable), or both", highlight=False)
-        raise typer.Exit(2)
+        cli_fail("give --model DIR (start vLLM here), --upstream URL (a vLLM started elsewhere; repeatable), or both", 2)
     if model is None and replicas > 1:
-        err.print("[red]error:[/red] --replicas starts local vLLMs: it needs --model DIR", highlight=False)
-        raise typer.Exit(2)
-    overrides: dict[str, Any] = {"alias": alias, "max_lora_rank": max_lora_rank}
+        cli_fail("--replicas starts local vLLMs: it needs --model DIR", 2)
+    overrides: dict[str, Any] = {"alias": alias, "max_lora_rank": max_lora_rank, "generation_config": generation_config}
     if collector_url:
         overrides["collector_url"] = collector_url
     settings = _run(lambda: GatewaySettings.from_env(**overrides))
     if capture:
         settings = dataclasses.replace(settings, capture=True)
     if (settings.capture or settings.capture_key_ids) and not settings.collector_url:
-        err.print("[red]error:[/red] --capture needs a collector: pass --collector-url or set $LOOPLIFT_COLLECTOR_URL")
-        raise typer.Exit(2)
+        cli_fail("--capture needs a collector: pass --collector-url or set $LOOPLIFT_COLLECTOR_URL", 2)
     _run(lambda: check_bind(host, settings.api_keys, insecure=insecure))  # before the ~40 s of vLLM
     cfg = None if model is None else VLLMConfig(
         model_dir=model, served_model_name=version_name(alias, 0), port=vllm_port if replicas == 1 else 0,
         max_model_len=max_model_len, max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib, start_timeout_s=timeout,
-        tool_call_parser=tool_call_parser,
+        tool_call_parser=tool_call_parser, generation_config=settings.generation_config,
     )
     # From the first line: SIGTERM (a supervisor), SIGINT (Ctrl-C, also when a shell started us in the
     # background with SIGINT ignored) and SIGHUP raise `Shutdown` here, during vLLM's start included, and
@@ -162,16 +163,16 @@ def _serve(settings: Any, cfg: Any, host: str, port: int, alias: str, insecure: 
         vllm.start_watchdog(on_death=lambda e: died.set())
         _gateway(settings, vllm.url, host, port, alias, died, insecure)
     if vllm.died is not None:
-        err.print(f"[red]error:[/red] {vllm.died.message}", highlight=False)
-        raise typer.Exit(1)
+        cli_fail(vllm.died.message, 1)
 
 
 def _gateway(settings: Any, upstreams: Any, host: str, port: int, alias: str, stop: threading.Event,
              insecure: bool = False) -> None:
     """Serve the gateway over `upstreams` (a URL, or a list of URLs and `LocalReplica`s) until `stop` is set (or a
     signal raises `Shutdown`)."""
+    from sdk import looplift_home
+
     from ._serve import start_gateway_in_thread
-    from ._settings import looplift_home
 
     over = upstreams if isinstance(upstreams, str) else ", ".join(u if isinstance(u, str) else u.url for u in upstreams)
     with _run(lambda: start_gateway_in_thread(settings, upstreams, host, port, insecure=insecure)) as gw:
@@ -180,8 +181,7 @@ def _gateway(settings: Any, upstreams: Any, host: str, port: int, alias: str, st
         out.print(f"admin token: ${D.ADMIN_TOKEN_ENV} or {looplift_home() / D.ADMIN_TOKEN_FILE}; Ctrl-C to stop")
         while not stop.wait(0.5):
             if not gw.running:
-                err.print("[red]error:[/red] the gateway thread exited")
-                raise typer.Exit(1)
+                cli_fail("the gateway thread exited", 1)
         out.print("stopping…")
 
 
@@ -192,7 +192,7 @@ def _versions_table(v: VersionsView) -> None:
     for x in v.versions:
         t.add_row(x.name, x.state, "*" if x.serving else "", str(x.in_flight),
                   x.created_at.strftime("%Y-%m-%d %H:%M:%S"), x.adapter_path or "(base model)")
-    out.print(t)
+    print_table(out, t)
 
 
 def _swap(r: SwapResult) -> None:
@@ -223,7 +223,7 @@ def replicas(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON)
     for r in rows:
         t.add_row(r.url, str(r.pid or ""), "yes" if r.healthy else "[red]no[/red]", str(r.in_flight), str(r.restarts),
                   ", ".join(r.versions), r.detail or "")
-    out.print(t)
+    print_table(out, t)
 
 
 @app.command()
@@ -253,7 +253,7 @@ def rollback(url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON)
 
 
 def main() -> None:
-    """Entry point for running this group on its own (`python -m server._cli`)."""
+    """Entry point for running this group on its own (`python -m server.cli`)."""
     app()
 
 

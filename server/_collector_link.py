@@ -1,6 +1,6 @@
 """The gateway's HTTP link to the collector, for what is not capture: forwarding feedback.
 
-The server package never imports the collector (DESIGN.md's layers); it talks to the collector's HTTP API
+The server package never imports the collector (the layers in docs/architecture.md); it talks to the collector's HTTP API
 with the collector's ingest key, like any client: `POST /v1/feedback` (feedback by response id). Captured
 trajectories go through the SDK's `CollectorClient` instead (`_capture`), which spools them while the
 collector is down; feedback is not spooled: the client is told to retry (503).

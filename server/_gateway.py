@@ -10,9 +10,11 @@
 * `metrics` (`_metrics.GatewayMetrics`);
 * `proxy` (`_proxy.Proxy`): the hot path, `POST /v1/chat/completions` and `/v1/completions`, dispatched
   to straight from `Gateway.__call__` by path;
-* `api`: a FastAPI app for everything else — `GET /v1/models`, `/v1/models/{id}`, `POST /v1/feedback`
-  (`_feedback`), `/health`, `/metrics`, and `/admin/*` (always behind the admin token: list, load, promote,
-  roll back, canary), and the lifespan (the registry is reconciled with vLLM at start, or at the first request
+* `api`: a FastAPI app for everything else, one router per concern, each built from the gateway itself:
+  `GET /v1/models`, `/v1/models/{id}` (`_api_models`), `POST /v1/feedback` (`_feedback`), `/health` and
+  `/metrics` (`_api_health`), and `/admin/*`, always behind the admin token (`_api_admin`: list, load,
+  promote, roll back, replicas; `_api_canary`: the canary); errors answer in OpenAI's shape (`_api_errors`).
+  Its lifespan is `Gateway.lifespan` (the registry is reconciled with vLLM at start, or at the first request
   if vLLM was not answering then);
 * `keys` (`_auth.KeyRing`): the client API keys and their public ids;
 * with a collector (`connect_collector`): `capture` (`_capture`, hooked into `proxy`), `collector_link`
@@ -26,40 +28,30 @@ Deliberately not here: starting vLLM (`_vllm`), rate limiting, and any rewriting
 
 from __future__ import annotations
 
-import hmac
 import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional, Sequence, Union
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from openai.types import Model
+from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from . import _defaults as D
-from ._auth import KeyRing, bearer_token
+from ._api_admin import replicas_router, versions_router
+from ._api_canary import canary_router
+from ._api_errors import install_error_handlers
+from ._api_health import health_router
+from ._api_models import models_router
+from ._auth import KeyRing
 from ._capture import Capture
 from ._collector_link import CollectorLink
 from ._feedback import feedback_router
-from ._metrics import CONTENT_TYPE, GatewayMetrics
-from ._models import (
-    CanaryDecisionRequest,
-    CanaryRequest,
-    CanaryView,
-    LoadRequest,
-    PromoteRequest,
-    ReplicaInfo,
-    SwapResult,
-    VersionInfo,
-    VersionsView,
-)
-from ._proxy import ENDPOINTS, Proxy, Receive, RoutedProxy, Scope, Send, api_key_denied, error_payload
+from ._metrics import GatewayMetrics
+from ._models import ReplicaInfo
+from ._proxy import ENDPOINTS, Proxy, Receive, RoutedProxy, Scope, Send
 from ._registry import Registry
 from ._replicas import LocalReplica, ReplicaSet, Source
 from ._settings import GatewaySettings
 from ._upstream import Upstream
-from .errors import AdminAuthError, ServerError, UpstreamError
+from .errors import ServerError
 
 log = logging.getLogger("looplift.server.gateway")
 
@@ -121,6 +113,29 @@ class Gateway:
                             healthy=ok, in_flight=sum(reg.in_flight().values()), detail=None if ok else detail,
                             versions=sorted(v.name for v in reg.versions.values() if v.state == "loaded") if reg.started else [])]
 
+    @asynccontextmanager
+    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        """The control API's lifespan: start the registry (or leave it to the first request if vLLM is not
+        answering yet) and the replica watch; at shutdown, hand queued captures on, then close every part."""
+        try:
+            await self.registry.ready()
+        except ServerError as e:
+            log.warning("registry not started yet (%s); will retry on the next request", e.message)
+        if self.replicas is not None:
+            self.replicas.start()
+        try:
+            yield
+        finally:
+            if self.capture is not None:  # what is queued goes to the collector, or to the spool
+                await run_in_threadpool(self.capture.close)
+            if self.collector_link is not None:
+                await self.collector_link.close()
+            await self.registry.close()
+            if self.replicas is not None:
+                await self.replicas.close()
+            else:
+                await self.upstream.close()
+
 
 def create_gateway(settings: GatewaySettings, upstreams: Union[Source, Sequence[Source]]) -> Gateway:
     """Build the gateway (an ASGI app) for one vLLM (`http://127.0.0.1:41234`, no `/v1`) or several (a list of
@@ -133,186 +148,16 @@ def create_gateway(settings: GatewaySettings, upstreams: Union[Source, Sequence[
     return Gateway(settings, upstreams)
 
 
-def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
-    return JSONResponse(error_payload(status, message, param=param, code=code), status_code=status)
-
-
 def _control_api(gw: Gateway) -> FastAPI:
-    settings, registry, upstream, metrics = gw.settings, gw.registry, gw.upstream, gw.metrics
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        try:
-            await registry.ready()
-        except ServerError as e:
-            log.warning("registry not started yet (%s); will retry on the next request", e.message)
-        if gw.replicas is not None:
-            gw.replicas.start()
-        try:
-            yield
-        finally:
-            if gw.capture is not None:  # what is queued goes to the collector, or to the spool
-                await run_in_threadpool(gw.capture.close)
-            if gw.collector_link is not None:
-                await gw.collector_link.close()
-            await registry.close()
-            if gw.replicas is not None:
-                await gw.replicas.close()
-            else:
-                await upstream.close()
-
-    app = FastAPI(title="looplift gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
-
-    @app.exception_handler(ServerError)
-    async def _server_error(_: Request, e: ServerError) -> JSONResponse:
-        status = e.http_status
-        if isinstance(e, UpstreamError):
-            # vLLM refusing an adapter (4xx) is the caller's problem; vLLM failing or gone is ours.
-            status = 400 if e.status is not None and 400 <= e.status < 500 else 502
-        return _error(status, e.message, code=e.code)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, e: RequestValidationError) -> JSONResponse:
-        errs = e.errors()
-        first = errs[0] if errs else {}
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        param = ".".join(loc) or None
-        return _error(400, f"{param or 'body'}: {first.get('msg', 'invalid request')}", param=param,
-                      code="invalid_request")
-
-    def require_admin(request: Request) -> None:
-        token = bearer_token(request.headers.get("authorization"))
-        if token is None or not hmac.compare_digest(token.encode(), settings.admin_token.encode()):
-            raise AdminAuthError(
-                "admin endpoints need 'Authorization: Bearer <admin token>'; the token is "
-                f"${D.ADMIN_TOKEN_ENV} or the contents of $LOOPLIFT_HOME/{D.ADMIN_TOKEN_FILE} on the gateway host."
-            )
-
-    # ---- OpenAI: models ---------------------------------------------------------------------
-    def model_card(mid: str) -> dict[str, object]:
-        v = registry.resolve(mid)
-        card = Model(id=mid, object="model", created=int(v.created_at.timestamp()), owned_by="looplift")
-        # `root`: the version this id answers with (for the alias: the serving version).
-        return {**card.model_dump(), "root": v.name}
-
-    async def models_ready(request: Request) -> Optional[JSONResponse]:
-        """None when the caller may list models and the registry is up; else the error answer."""
-        if gw.keys and gw.keys.match(request.headers.get("authorization")) is None:
-            return JSONResponse(api_key_denied(), status_code=401)
-        try:
-            await registry.ready()
-        except ServerError as e:
-            return _error(503, f"The gateway cannot reach vLLM yet: {e.message}", code="upstream_unavailable")
-        return None
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> Response:
-        """The alias and every loaded version, in OpenAI list format."""
-        denied = await models_ready(request)
-        if denied is not None:
-            return denied
-        return JSONResponse({"object": "list", "data": [model_card(mid) for mid in registry.model_ids()]})
-
-    @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str, request: Request) -> Response:
-        """One model (the alias or a loaded version), as OpenAI's `models.retrieve` expects it."""
-        denied = await models_ready(request)
-        if denied is not None:
-            return denied
-        if model_id not in registry.model_ids():
-            return _error(404, f"The model '{model_id}' does not exist or is not loaded. Available: "
-                          f"{', '.join(registry.model_ids())}.", param="model", code="model_not_found")
-        return JSONResponse(model_card(model_id))
-
+    """The FastAPI app for everything but the completion endpoints: one router per concern, each reading the
+    gateway's parts through `gw` at request time (capture and the collector link are connected later)."""
+    app = FastAPI(title="looplift gateway", lifespan=gw.lifespan, docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    app.include_router(models_router(gw))
     app.include_router(feedback_router(gw))
-
-    # ---- operators --------------------------------------------------------------------------
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        """200 when vLLM (with replicas: at least one replica) answers, 503 otherwise; names the serving version."""
-        if gw.replicas is not None:
-            n = gw.replicas.healthy_count()
-            vllm_ok, detail = n > 0, f"{n} of {len(gw.replicas.replicas)} replicas healthy"
-        else:
-            vllm_ok, detail = await upstream.health()
-        if vllm_ok:
-            try:
-                await registry.ready()
-            except ServerError as e:
-                vllm_ok, detail = False, e.message
-        body = {
-            "status": "ok" if vllm_ok else "unavailable",
-            "vllm": "ok" if vllm_ok else detail,
-            "alias": settings.alias,
-            "serving": registry.serving if registry.started else None,
-        }
-        if gw.replicas is not None:
-            body["replicas"] = detail
-        return JSONResponse(body, status_code=200 if vllm_ok else 503)
-
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        """Prometheus text exposition of the gateway's metrics."""
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
-
-    # ---- admin ------------------------------------------------------------------------------
-    admin = [Depends(require_admin)]
-
-    @app.get("/admin/versions", dependencies=admin)
-    async def list_versions() -> VersionsView:
-        """Every version, the alias, and the audit history."""
-        return (await registry.ready()).view()
-
-    @app.get("/admin/replicas", dependencies=admin)
-    async def list_replicas() -> list[ReplicaInfo]:
-        """Every vLLM upstream: url, pid (started here), healthy, in flight, versions loaded on it."""
-        if gw.replicas is not None:
-            return gw.replicas_view()
-        return gw.replicas_view(await upstream.health())
-
-    @app.post("/admin/versions", dependencies=admin, status_code=201)
-    async def load_version(req: LoadRequest) -> VersionInfo:
-        """Validate an adapter directory and load it into vLLM as the next version (not promoted); a full
-        checkpoint directory (config.json, no adapter_config.json) is registered as a full-weight version."""
-        return await (await registry.ready()).load(req.path, req.name)
-
-    @app.post("/admin/promote", dependencies=admin)
-    async def promote(req: PromoteRequest) -> SwapResult:
-        """Point the alias at a version; the previous one is drained, then unloaded (a full-weight version:
-        its vLLM set is started and warmed first, and the old set drained, then stopped)."""
-        result = await (await registry.ready()).promote(req.version)
-        if result.previous != result.serving:
-            metrics.swapped("promote", result.swap_ms)
-        return result
-
-    @app.post("/admin/rollback", dependencies=admin)
-    async def rollback() -> SwapResult:
-        """Serve the previously serving version again."""
-        result = await (await registry.ready()).rollback()
-        metrics.swapped("rollback", result.swap_ms)
-        return result
-
-    @app.get("/admin/canary", dependencies=admin)
-    async def canary_status() -> CanaryView:
-        """The running canary (None when none runs) and the recent canary decisions with their figures."""
-        return (await registry.ready()).canary_view()
-
-    @app.post("/admin/canary", dependencies=admin)
-    async def canary_start(req: CanaryRequest) -> CanaryView:
-        """Send `fraction` of the alias's traffic to a loaded version (sticky per X-Looplift-Session)."""
-        return await (await registry.ready()).start_canary(req.version, req.fraction)
-
-    @app.delete("/admin/canary", dependencies=admin)
-    async def canary_stop() -> CanaryView:
-        """End the running canary; its candidate is drained, then unloaded."""
-        return await (await registry.ready()).stop_canary()
-
-    @app.post("/admin/canary/decision", dependencies=admin)
-    async def canary_decision(req: CanaryDecisionRequest) -> CanaryView:
-        """Record an automatic decision (promote / drop the candidate, roll back a watched promotion) and act."""
-        view, swap = await (await registry.ready()).decide_canary(req)
-        if swap is not None and swap.previous != swap.serving:
-            metrics.swapped(req.decision, swap.swap_ms)
-        return view
-
+    app.include_router(health_router(gw))
+    # Admin routers (`_api_admin.admin_router`): every route behind the admin token.
+    app.include_router(versions_router(gw))
+    app.include_router(replicas_router(gw))
+    app.include_router(canary_router(gw))
     return app

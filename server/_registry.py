@@ -14,11 +14,12 @@ interface is:
   until the version's last lease is released (a stream holds its lease until its last byte) and only
   then unloads the adapter from vLLM, so a request never loses its adapter mid-answer.
 * `start_canary(name, fraction)` makes `acquire(alias, session)` send that share of the alias's requests to
-  a loaded candidate (`_canary`: sticky per session); `decide_canary` records an automatic decision with its
-  figures and acts on it (promote the candidate, drop it, or roll back a watched promotion); any flip of
-  the alias ends a running canary. Canary starts, decisions and ends are `canary` history events. The running
-  canary is saved in `registry.json` and resumed after a restart (its candidate re-loaded); if that fails, an
-  `end` event says why.
+  a loaded candidate (`_canary`: sticky per session); `stop_canary` ends it, `decide_canary` records an
+  automatic decision and acts on it, and any flip of the alias ends a running canary. These delegate to the
+  registry's `canary_state` (`_canary_state.CanaryState`), which is saved in `registry.json` with the rest and
+  resumed after a restart. It reaches back into the registry through `CanaryHost`: `record` (history),
+  `save`, `drain_later`, `ensure_loaded`, and `promote_locked` / `rollback_locked` (the flips, with the admin
+  lock already held), which are the registry's interface to its canary part and not for other callers.
 * Full-weight versions (a whole checkpoint, `model_dir`; `load` tells the kinds apart by the directory) are
   served blue/green by a `BaseControl` (the local replica set): promoting one (or rolling back to one) starts
   and warms a new vLLM set on it while the old set serves, then flips the alias and the routing in one
@@ -50,6 +51,7 @@ from datetime import datetime, timezone
 from typing import Any, Coroutine, Optional, Protocol, runtime_checkable
 
 from ._canary import Canary
+from ._canary_state import CanaryState
 from ._models import (
     CanaryDecisionRequest,
     CanaryView,
@@ -66,7 +68,6 @@ from ._settings import GatewaySettings, valid_name, version_name
 from ._validate import validate_adapter, validate_checkpoint, version_kind
 from .errors import (
     BaseConflictError,
-    CanaryError,
     InvalidNameError,
     NothingToRollBackError,
     ServerError,
@@ -79,8 +80,6 @@ from .errors import (
 log = logging.getLogger("looplift.server.registry")
 
 _HISTORY_MAX = 1000
-#: Canary events `GET /admin/canary` returns.
-_CANARY_EVENTS = 50
 
 
 class AdapterControl(Protocol):
@@ -168,8 +167,8 @@ class Registry:
         self._lock = asyncio.Lock()
         self._drains: set[asyncio.Task[None]] = set()
         self.started = False
-        #: The running canary (saved with the rest; `_resume_canary` picks it up after a restart).
-        self.canary: Optional[Canary] = None
+        #: The canary part (`_canary_state`): the running canary and its operations, under this registry's lock.
+        self.canary_state = CanaryState(self, self._lock)
         #: The version vLLM serves as its base model now: the base (version 0) or a full-weight version.
         self.base = settings.base_version
 
@@ -211,8 +210,8 @@ class Registry:
                 v.state = "loaded" if root is not None and _same_path(v.adapter_path, root) else "unloaded"
         await self._restore_serving()
         if snap is not None and snap.canary is not None:
-            await self._resume_canary(Canary(**snap.canary.model_dump()))
-        self._save()
+            await self.canary_state.resume(Canary(**snap.canary.model_dump()))
+        self.save()
         self.started = True
 
     async def _restore_serving(self) -> None:
@@ -222,38 +221,12 @@ class Registry:
             if v.state == "loaded":
                 return
             try:
-                await self._ensure_loaded(v, action="restore", detail="re-loaded after restart")
+                await self.ensure_loaded(v, action="restore", detail="re-loaded after restart")
                 return
             except (UpstreamError, BaseConflictError) as e:
                 log.error("cannot re-load serving version %s: %s; falling back", v.name, e)
                 popped = self.stack.pop()
-                self._event("rollback", self.stack[-1], previous=popped, detail=f"restore failed: {e}")
-
-    async def _resume_canary(self, c: Canary) -> None:
-        """Resume `c`, the canary that ran when `registry.json` was written: re-load its candidate, keep its start
-        time and counts (the trainer's watch goes on judging the same window). One that cannot go on (its
-        version gone or now serving, its adapter not loadable on this base) ends with a `canary` `end` event."""
-        v = self.versions.get(c.version)
-        why = None
-        if v is None or v.adapter_path is None:
-            why = "its version is no longer registered as an adapter"
-        elif v.name == self.serving:
-            why = "the candidate serves the alias now"
-        else:
-            try:
-                await self._ensure_loaded(v, action="restore", detail="canary candidate re-loaded after restart")
-            except (UpstreamError, BaseConflictError) as e:
-                why = f"its adapter could not be re-loaded ({e})"
-        figures: Figures = {"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving}
-        if why is not None:
-            log.error("not resuming the canary of %s after the restart: %s", c.version, why)
-            self._event("canary", c.version, previous=self.serving, canary="end",
-                        detail=f"not resumed after the restart: {why}", figures=figures)
-            return
-        self.canary = c
-        self._event("canary", c.version, previous=self.serving, canary="resume",
-                    detail=f"resumed after the restart: {c.fraction:.0%} of {self.alias!r} traffic to {c.version} "
-                    f"(serving {self.serving})", figures={"fraction": c.fraction, **figures})
+                self.record("rollback", self.stack[-1], previous=popped, detail=f"restore failed: {e}")
 
     async def close(self) -> None:
         """Cancel pending drain tasks (their adapters stay loaded; the next start reconciles)."""
@@ -273,16 +246,19 @@ class Registry:
         """The version the alias points at."""
         return self.stack[-1]
 
+    @property
+    def canary(self) -> Optional[Canary]:
+        """The running canary; None when none runs."""
+        return self.canary_state.running
+
     def acquire(self, model: str, session: Optional[str] = None) -> Optional[Lease]:
         """Resolve `model` (the alias or a loaded version name) and count a request on it; None if unknown.
         While a canary runs, an alias request may go to the candidate (`session`: the X-Looplift-Session
         header, which keeps an episode on one version)."""
-        v = self.versions.get(self.stack[-1] if model == self.alias else model)
-        c = self.canary
-        if c is not None and model == self.alias and c.takes(session):
-            candidate = self.versions.get(c.version)
-            if candidate is not None and candidate.state == "loaded":  # else the serving version answers
-                v = candidate
+        if model == self.alias:
+            v = self.canary_state.route(self.versions.get(self.stack[-1]), session)
+        else:
+            v = self.versions.get(model)
         if v is None or v.state != "loaded":
             return None
         v.in_flight += 1
@@ -330,22 +306,23 @@ class Registry:
                 name = self._next_name()
             if full:
                 v = Version(name=name, adapter_path=None, created_at=_now(), state="unloaded", model_dir=str(adapter))
-                self._event("load", name, detail=f"full checkpoint {adapter} (a vLLM set starts on promote)")
+                self.record("load", name, detail=f"full checkpoint {adapter} (a vLLM set starts on promote)")
             else:
                 # vLLM first: if it refuses, nothing here has changed (and the name is not burnt).
                 await self._adapters.load(name, str(adapter))
                 v = Version(name=name, adapter_path=str(adapter), created_at=_now(), state="loaded", base=self.base)
-                self._event("load", name, detail=str(adapter))
+                self.record("load", name, detail=str(adapter))
             self.versions[name] = v
-            self._save()
+            self.save()
             return self._info(v)
 
     async def promote(self, name: str) -> SwapResult:
         """Point the alias at `name` (re-loading its adapter if needed); drain and unload the previous one."""
         async with self._lock:
-            return await self._promote(name, time.perf_counter())
+            return await self.promote_locked(name, time.perf_counter())
 
-    async def _promote(self, name: str, t0: float) -> SwapResult:
+    async def promote_locked(self, name: str, t0: float) -> SwapResult:
+        """`promote` with the admin lock already held (`t0`: when the request came, for `swap_ms`)."""
         v = self.versions.get(name)
         if v is None:
             raise VersionNotFoundError(name, list(self.versions))
@@ -355,15 +332,16 @@ class Registry:
         new = await self._prepare(v)  # a refusal raises here, before anything changed
         self._switch(v, new)
         self.stack.append(name)  # the flip: seen by the very next acquire()
-        self._end_canary_on_flip("promote", name)
+        self.canary_state.end_on_flip("promote", name)
         return self._flipped("promote", name, previous, t0)
 
     async def rollback(self) -> SwapResult:
         """Serve the previously serving version again; the current one is drained and unloaded."""
         async with self._lock:
-            return await self._rollback(time.perf_counter())
+            return await self.rollback_locked(time.perf_counter())
 
-    async def _rollback(self, t0: float) -> SwapResult:
+    async def rollback_locked(self, t0: float) -> SwapResult:
+        """`rollback` with the admin lock already held (`t0`: when the request came, for `swap_ms`)."""
         if len(self.stack) < 2:
             raise NothingToRollBackError(
                 f"nothing to roll back to: {self.serving!r} is the only version the alias "
@@ -373,21 +351,21 @@ class Registry:
         new = await self._prepare(target)
         self._switch(target, new)
         previous = self.stack.pop()  # the flip
-        self._end_canary_on_flip("rollback", target.name)
+        self.canary_state.end_on_flip("rollback", target.name)
         return self._flipped("rollback", target.name, previous, t0)
 
     def _flipped(self, action: HistoryAction, serving: str, previous: str, t0: float) -> SwapResult:
         swap_ms = (time.perf_counter() - t0) * 1000
-        self._event(action, serving, previous=previous, detail=f"swap {swap_ms:.1f} ms")
-        self._save()
-        self._schedule_drain(previous)
+        self.record(action, serving, previous=previous, detail=f"swap {swap_ms:.1f} ms")
+        self.save()
+        self.drain_later(previous)
         return SwapResult(alias=self.alias, serving=serving, previous=previous, swap_ms=swap_ms)
 
     async def _prepare(self, v: Version) -> Optional[list[Any]]:
         """Make `v` ready to serve before a flip: load its adapter, or for a full-weight version that is not the
         base now, start and warm its vLLM set (returned, for `_switch`). Raises with nothing changed."""
         if v.adapter_path is not None or v.name == self.base:
-            await self._ensure_loaded(v)
+            await self.ensure_loaded(v)
             return None
         control = self._adapters
         if not isinstance(control, BaseControl):
@@ -402,7 +380,7 @@ class Registry:
             where = f" (log: {e.log_path})" if isinstance(e, VLLMStartError) else ""
             raise UpstreamError(f"starting vLLM for {v.name} failed: {first}{where}; {self.serving} keeps serving"
                                 ) from None
-        self._event("load", v.name, detail=f"started {len(new)} vLLM(s) on {v.model_dir or 'the first checkpoint'} "
+        self.record("load", v.name, detail=f"started {len(new)} vLLM(s) on {v.model_dir or 'the first checkpoint'} "
                     f"in {time.perf_counter() - t0:.1f} s")
         return new
 
@@ -420,7 +398,9 @@ class Registry:
         self._drains.add(task)
         task.add_done_callback(self._drains.discard)
 
-    async def _ensure_loaded(self, v: Version, action: HistoryAction = "load", detail: Optional[str] = None) -> None:
+    async def ensure_loaded(self, v: Version, action: HistoryAction = "load", detail: Optional[str] = None) -> None:
+        """Load `v`'s adapter into vLLM unless it is loaded (recorded as `action`); raises `BaseConflictError` for
+        an adapter of another base or a full-weight version, `UpstreamError` when vLLM refuses."""
         if v.state == "loaded":
             return
         if v.adapter_path is None or v.base != self.base:
@@ -430,116 +410,33 @@ class Registry:
                 if v.adapter_path is not None else f"{v.name!r} is a full-weight version that no vLLM set serves")
         await self._adapters.load(v.name, v.adapter_path)
         v.state = "loaded"
-        self._event(action, v.name, detail=detail or f"re-loaded {v.adapter_path}")
+        self.record(action, v.name, detail=detail or f"re-loaded {v.adapter_path}")
 
     def _next_name(self) -> str:
         pat = re.compile(re.escape(self.alias) + r"-v(\d+)$")
         used = [int(m.group(1)) for n in self.versions if (m := pat.match(n))]
         return version_name(self.alias, max(used, default=0) + 1)
 
-    # ---- canary ---------------------------------------------------------------------------
+    # ---- canary (`_canary_state`) ------------------------------------------------------------
     def canary_view(self) -> CanaryView:
         """The running canary and the recent canary events (for `GET /admin/canary`)."""
-        events = [h for h in self.history if h.action == "canary"][-_CANARY_EVENTS:]
-        return CanaryView(alias=self.alias, serving=self.serving,
-                          canary=self.canary.info() if self.canary else None, decisions=events)
+        return self.canary_state.view()
 
     async def start_canary(self, name: str, fraction: float) -> CanaryView:
-        """Send `fraction` (0 < f < 1) of alias requests to the loaded version `name`; a running canary of the
-        same version only changes its fraction. Raises `VersionNotFoundError` or `CanaryError` (with the fix)."""
-        if not 0.0 < fraction < 1.0:
-            raise CanaryError(f"fraction must be strictly between 0 and 1, got {fraction}", http_status=400)
-        async with self._lock:
-            v = self.versions.get(name)
-            if v is None:
-                raise VersionNotFoundError(name, list(self.versions))
-            if name == self.serving:
-                raise CanaryError(f"{name!r} already serves the alias {self.alias!r}; a canary needs another "
-                                  "version (load one with POST /admin/versions)", http_status=400)
-            if v.adapter_path is None:
-                raise CanaryError(f"{name!r} is a full-weight version: a canary shares one vLLM set; promote it "
-                                  "(blue/green) and roll back if it does worse", http_status=409)
-            if v.state != "loaded":
-                raise CanaryError(f"{name!r} is not loaded in vLLM; load it first (POST /admin/versions, or "
-                                  "`looplift server load`) and start the canary again", http_status=400)
-            c = self.canary
-            if c is not None and c.version != name:
-                raise CanaryError(f"a canary of {c.version!r} is running; end it first (DELETE /admin/canary)")
-            if c is not None:
-                c.fraction = fraction
-            else:
-                self.canary = Canary(version=name, fraction=fraction, started_at=_now())
-            self._event("canary", name, previous=self.serving, canary="start",
-                        detail=f"{fraction:.0%} of {self.alias!r} traffic to {name} (serving {self.serving})",
-                        figures={"fraction": fraction})
-            self._save()
-            return self.canary_view()
+        """Send `fraction` (0 < f < 1) of alias requests to the loaded version `name` (see `CanaryState.start`)."""
+        return await self.canary_state.start(name, fraction)
 
     async def stop_canary(self, reason: str = "ended by the operator", figures: Optional[Figures] = None) -> CanaryView:
         """End the running canary (its candidate is drained, then unloaded); `CanaryError` when none runs."""
-        async with self._lock:
-            c = self.canary
-            if c is None:
-                raise CanaryError("no canary is running; start one with POST /admin/canary", http_status=404)
-            self._drop_canary(c, "drop", reason, figures)
-            return self.canary_view()
+        return await self.canary_state.stop(reason, figures)
 
     async def decide_canary(self, req: CanaryDecisionRequest) -> tuple[CanaryView, Optional[SwapResult]]:
-        """Record an automatic decision with its figures and act on it (see `CanaryDecisionRequest`); returns the
-        canary view after it, and the alias flip it made (None for a drop)."""
-        t0 = time.perf_counter()
-        async with self._lock:
-            if req.decision == "rollback":
-                if self.serving != req.version or len(self.stack) < 2:
-                    raise CanaryError(f"the alias serves {self.serving!r}, not a rollback-able {req.version!r}: this "
-                                      "decision is stale (the state changed since it was made)")
-                result = await self._rollback(t0)  # a refusal raises before anything is recorded
-                self._event("canary", req.version, previous=result.serving, canary="rollback", detail=req.reason,
-                            figures=req.figures)
-                self._save()
-                return self.canary_view(), result
-            c = self.canary
-            if c is None or c.version != req.version:
-                running = f"the running canary is {c.version!r}" if c else "no canary is running"
-                raise CanaryError(f"cannot {req.decision} {req.version!r}: {running}")
-            if req.decision == "drop":
-                self._drop_canary(c, "drop", req.reason, req.figures)
-                return self.canary_view(), None
-            previous = self.serving
-            self.canary = None  # this decision ends it (not the flip's generic "end" event)
-            try:
-                result = await self._promote(req.version, t0)
-            except BaseException:
-                self.canary = c
-                raise
-            self._event("canary", req.version, previous=previous, canary="promote", detail=req.reason,
-                        figures={"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving,
-                                 **req.figures})
-            self._save()
-            return self.canary_view(), result
-
-    def _drop_canary(self, c: Canary, what: str, reason: str, figures: Optional[Figures]) -> None:
-        self.canary = None
-        routed = {"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving}
-        self._event("canary", c.version, previous=self.serving, canary=what, detail=reason,
-                    figures={**routed, **(figures or {})})
-        self._save()
-        if c.version != self.serving:
-            self._schedule_drain(c.version)
-
-    def _end_canary_on_flip(self, action: str, serving: str) -> None:
-        c = self.canary
-        if c is None:
-            return
-        if c.version == serving:
-            self.canary = None
-            self._event("canary", c.version, canary="end", detail=f"the candidate now serves ({action})",
-                        figures={"routed_candidate": c.routed_candidate, "routed_serving": c.routed_serving})
-        else:
-            self._drop_canary(c, "end", f"the alias was flipped by {action} to {serving}", None)
+        """Record an automatic decision and act on it (see `CanaryState.decide`)."""
+        return await self.canary_state.decide(req)
 
     # ---- drain ----------------------------------------------------------------------------
-    def _schedule_drain(self, name: str) -> None:
+    def drain_later(self, name: str) -> None:
+        """Unload `name` in the background once its last request is done (never the base model)."""
         if self.versions[name].adapter_path is None:
             return  # the base model is part of vLLM itself and stays loaded
         task = asyncio.get_running_loop().create_task(self._drain(self.versions[name]), name=f"drain-{name}")
@@ -550,7 +447,7 @@ class Registry:
         while True:
             await v.idle.wait()
             async with self._lock:
-                if v.name == self.serving or v.state != "loaded" or (self.canary and self.canary.version == v.name):
+                if v.name == self.serving or v.state != "loaded" or self.canary_state.is_candidate(v.name):
                     return  # promoted again, made a canary (or already unloaded) while draining
                 if v.in_flight:
                     continue  # a request by version name came in between the wake-up and the lock
@@ -563,13 +460,14 @@ class Registry:
                         v.state = "loaded"
                         log.error("unloading %s failed: %s", v.name, e)
                         return
-                self._event("unload", v.name, detail="drained: 0 requests in flight")
-                self._save()
+                self.record("unload", v.name, detail="drained: 0 requests in flight")
+                self.save()
                 return
 
     # ---- persistence ----------------------------------------------------------------------
-    def _event(self, action: HistoryAction, version: str, previous: Optional[str] = None,
+    def record(self, action: HistoryAction, version: str, previous: Optional[str] = None,
                detail: Optional[str] = None, canary: Optional[str] = None, figures: Optional[Figures] = None) -> None:
+        """Append an event to the audit history (the newest `_HISTORY_MAX` are kept)."""
         self.history.append(HistoryEvent(at=_now(), action=action, version=version, previous=previous, detail=detail,
                                          canary=canary, figures=figures))
         del self.history[:-_HISTORY_MAX]
@@ -578,7 +476,7 @@ class Registry:
         base = self.settings.base_version
         self.versions = {base: Version(name=base, adapter_path=None, created_at=_now(), state="loaded")}
         self.stack, self.history, self.base = [base], [], base
-        self.canary = None
+        self.canary_state.reset()
         if snap is None:
             return
         for sv in snap.versions:
@@ -590,12 +488,13 @@ class Registry:
         self.stack = stack if stack and stack[0] == base else [base] + stack
         self.history = list(snap.history)
 
-    def _save(self) -> None:
+    def save(self) -> None:
+        """Write `registry.json`: versions, the serving stack, the history and the running canary."""
         self._file.write(self.serving, Snapshot(
             versions=[StoredVersion(v.name, v.adapter_path, v.created_at, v.state, v.model_dir, v.base)
                       for v in self.versions.values()],
             stack=list(self.stack), history=self.history,
-            canary=self.canary.info() if self.canary else None,
+            canary=self.canary_state.info(),
         ))
 
 

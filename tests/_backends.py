@@ -1,35 +1,14 @@
 """Sandbox backends for parametrized tests: local always, Docker when an engine with the image answers.
-Without one the Docker cases are reported as skipped with the reason, except under CI (`CI` set), where
-they fail: CI must test the real engine, and a silently skipped backend is how a container bug ships."""
+The Docker case is marked `docker`: without an engine it is reported as skipped with the reason, except under
+CI (`CI` set), where it fails (tests/_resources.py): CI must test the real engine, and a silently skipped
+backend is how a container bug ships. Nothing here probes Docker at import: only a test that runs the
+Docker case does (conftest's setup hook), so the fast tier (`-m "not docker ..."`) never touches the engine."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from sandboxes import choose_backend
-
-
-def _docker_reason() -> str | None:
-    choice = choose_backend(None)
-    return None if choice.backend == "docker" else choice.reason
-
-
-DOCKER_SKIP = _docker_reason()
-
-
-def _fail_without_docker() -> None:
-    pytest.fail(f"CI is set but no Docker sandbox answers ({DOCKER_SKIP}): .ci/run must start dockerd and build "
-                "the image (scripts/setup_docker.sh)")
-
-
-if DOCKER_SKIP is not None and os.environ.get("CI"):
-    # A mark cannot fail a test, a fixture can: every Docker case fails at setup with the reason.
-    needs_docker = pytest.mark.usefixtures("fail_without_docker")
-else:
-    needs_docker = pytest.mark.skipif(DOCKER_SKIP is not None, reason=f"no Docker sandbox: {DOCKER_SKIP}")
-BACKENDS = ["local", pytest.param("docker", marks=[pytest.mark.docker, needs_docker])]
+BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 
 
 def sandbox_processes(sb, marker: str) -> list[str]:  # noqa: ANN001 - any Sandbox

@@ -3,8 +3,9 @@ LOOPLIFT_TEST_POSTGRES_URL names a server (`.ci/run` starts one with scripts/set
 
 Each Postgres case gets a schema of its own (dropped afterwards) through the URL's `search_path`,
 so cases never see each other's rows and the test database's other schemas are left alone.
-Without the URL the Postgres cases skip, except under CI (`CI` set), where they fail: CI must
-test the real server, and a silently skipped dialect is how a Postgres-only bug ships.
+The Postgres case is marked `postgres`: without the URL it skips, except under CI (`CI` set), where
+it fails (tests/_resources.py): CI must test the real server, and a silently skipped dialect is how
+a Postgres-only bug ships.
 """
 
 from __future__ import annotations
@@ -16,19 +17,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from _resources import PG_ENV, require
 
-PG_ENV = "LOOPLIFT_TEST_POSTGRES_URL"
-DIALECTS = ["sqlite", "postgresql"]
+DIALECTS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def postgres_base_url() -> str:
     """The Postgres URL to test against; skips (locally) or fails (CI) without one."""
-    url = os.environ.get(PG_ENV, "").strip()
-    if url:
-        return url
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set but {PG_ENV} is not: .ci/run must start PostgreSQL (scripts/setup_postgres.sh) and export it")
-    pytest.skip(f"set {PG_ENV}=postgresql+psycopg://USER@127.0.0.1:PORT/DB to run the Postgres case")
+    require("postgres")
+    return os.environ[PG_ENV].strip()
 
 
 @contextmanager

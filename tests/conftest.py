@@ -4,16 +4,72 @@ one tiny model, a few LoRA adapters, and ONE real vLLM CPU server (~40 s, ~3 GB)
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 from _dbs import DIALECTS, database
+from _resources import RESOURCES, needs, require
+
+
+# ---- the session's own LOOPLIFT_HOME, resource markers (tests/_resources.py) ---------------------
+_HOME = pytest.StashKey["str | None"]()  # the caller's LOOPLIFT_HOME, put back at the end
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin is configured
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the session its own LOOPLIFT_HOME before anything is imported or collected: tests never write to
+    ~/.looplift (or to a LOOPLIFT_HOME the caller set), and costly caches under it (the name model, ~10-40 s
+    to train) are built once per session and shared by every test that does not set a home of its own. It
+    lives in the session's pytest temp dir, which pytest rotates (even after a killed run)."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    home = factory.mktemp("looplift_home", numbered=False) if factory else Path(tempfile.mkdtemp(prefix="looplift-home-"))
+    config.stash[_HOME] = os.environ.get("LOOPLIFT_HOME")
+    os.environ["LOOPLIFT_HOME"] = str(home)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _HOME not in config.stash:
+        return
+    before = config.stash[_HOME]
+    if before is None:
+        os.environ.pop("LOOPLIFT_HOME", None)
+    else:
+        os.environ["LOOPLIFT_HOME"] = before
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the markers added here count for it
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test whose fixture closure holds a `@needs(...)` fixture gets that fixture's markers; `image3d`
+    implies `docker`."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)  # pytest's own record of the fixtures the test resolves to
+        names = set()
+        for name in getattr(item, "fixturenames", ()):
+            defs = info.name2fixturedefs.get(name, ()) if info is not None else ()
+            if defs:
+                names.update(getattr(defs[-1].func, "looplift_needs", ()))
+        if item.get_closest_marker("image3d") is not None:
+            names.add("docker")
+        for name in sorted(names):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture starts the resource
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked with a resource skips (locally) or fails (under CI) when the resource is missing."""
+    for resource in RESOURCES:
+        if item.get_closest_marker(resource) is not None:
+            require(resource)
 
 
 # ---- vLLM / model fixtures (owned by the server package's tests) ------------------------------
 @pytest.fixture(scope="session")
+@needs("model_build")
 def looplift_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained tiny Llama (hidden 128, head_dim 64, byte-level BPE, chat template) vLLM CPU loads."""
     from trainer._base_model import write_untrained
@@ -48,6 +104,7 @@ def looplift_new_adapter(
 
 
 @pytest.fixture(scope="session")
+@needs("model_build", "slow")
 def looplift_base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real tiny base model `looplift up`/`demo` build by default (~4 CPU-minutes here), built once per
     session. Tests that need a policy that solves some tasks (a demo that reaches a swap) use it through
@@ -73,6 +130,7 @@ def looplift_home_with_base_model(looplift_base_model: Path) -> Callable[[Path],
 
 
 @pytest.fixture(scope="session")
+@needs("vllm")
 def vllm_server(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real vLLM CPU server for the session, serving the tiny model as `policy-v0` with runtime LoRA."""
     from _vllm import start_warm_vllm
@@ -97,25 +155,44 @@ def gateway(vllm_server: Any, tmp_path: Path, request: pytest.FixtureRequest) ->
 
 @pytest.fixture(params=DIALECTS)
 def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh collector database URL, once per dialect (SQLite always; Postgres skips locally without
-    LOOPLIFT_TEST_POSTGRES_URL and fails under CI)."""
+    """A fresh collector database URL, once per dialect (SQLite always; the Postgres case is marked
+    `postgres`: it skips locally without LOOPLIFT_TEST_POSTGRES_URL and fails under CI)."""
     with database(request.param, tmp_path) as url:
         yield url
 
 
 @pytest.fixture
+@needs("postgres")
 def pg_url(tmp_path: Path) -> Iterator[str]:
     """A fresh, empty Postgres schema (see `any_db_url` for when it skips or fails)."""
     with database("postgresql", tmp_path) as url:
         yield url
 
 
-@pytest.fixture
-def fail_without_docker() -> None:
-    """Used by `_backends.needs_docker` under CI when no Docker sandbox answers: fails with the reason."""
-    from _backends import _fail_without_docker
+@pytest.fixture(scope="session")
+def name_model_dir() -> Path:
+    """The session's trained name/address model (collector/_names.py), in the session's LOOPLIFT_HOME: trained
+    by the first test that needs it (~10-40 s), then found there by every process that uses that home."""
+    from collector import _names
 
-    _fail_without_docker()
+    config = _names.NameModelConfig()
+    path = _names._model_dir(config, None)
+    if not (path / "model.json").is_file():
+        # In memory already, loaded from some test's own home? Then load it from (or train it into) the session's.
+        with _names._cache_lock:
+            _names._cache.pop(str(config.key()), None)
+        _names.load_name_model(config)
+    return path
+
+
+@pytest.fixture
+def seeded_home(tmp_path: Path, name_model_dir: Path) -> Path:
+    """An empty LOOPLIFT_HOME of the test's own (for a subprocess), except for a link to the session's name
+    model: a collector or CLI started on it anonymizes without training the model again."""
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    (home / "models" / name_model_dir.name).symlink_to(name_model_dir, target_is_directory=True)
+    return home
 
 
 @pytest.fixture

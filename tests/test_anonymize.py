@@ -397,6 +397,7 @@ def test_name_model_is_cached_as_plain_arrays_and_json() -> None:
     assert meta["stats"]["seconds"]["total"] > 0
 
 
+@pytest.mark.model_build
 def test_name_model_training_is_deterministic_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
@@ -748,6 +749,7 @@ def _cli(args: list[str], stdin: str, env: dict[str, str] | None = None) -> subp
                           env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 def test_cli_anonymize_jsonl_offsets_point_into_the_input() -> None:
     text = "reach ann@example.org from 192.168.1.20, card 4111 1111 1111 1111, ask Maria Garcia"
     lines = json.dumps({"text": text}) + "\n" + json.dumps({"text": "print(37+58*2)"}) + "\n"
@@ -763,9 +765,10 @@ def test_cli_anonymize_jsonl_offsets_point_into_the_input() -> None:
     assert bad.returncode == 2 and "line 1" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_cli_modes_match_the_library(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_cli_modes_match_the_library(seeded_home: Path) -> None:
     line = json.dumps({"text": "mail ann@example.org"}) + "\n"
-    env = {"LOOPLIFT_HOME": str(tmp_path), "LOOPLIFT_COLLECTOR_PSEUDONYM_KEY": "cli-key"}
+    env = {"LOOPLIFT_HOME": str(seeded_home), "LOOPLIFT_COLLECTOR_PSEUDONYM_KEY": "cli-key"}
     hm = _cli(["anonymize", "--json", "--mode", "hmac"], line, env)
     assert hm.returncode == 0, hm.stderr
     expected = Anonymizer("hmac", key="cli-key", names=False).text("mail ann@example.org")[0]

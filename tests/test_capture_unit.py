@@ -238,6 +238,7 @@ def test_the_tiny_models_template_asks_for_hermes(looplift_model_dir: Path) -> N
 
 
 @pytest.mark.parametrize("extra", [[], ["--capture"]])
+@pytest.mark.slow
 def test_looplift_up_refuses_an_open_host_before_starting_anything(extra: list[str], tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "LOOPLIFT_API_KEYS"}
     env["LOOPLIFT_HOME"] = str(tmp_path)

@@ -102,6 +102,7 @@ def test_every_site_of_the_first_problems_has_an_exact_fix() -> None:
 # -- the task set ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_build_step_keeps_only_bugs_the_tests_catch() -> None:
     from envs._coding._build import build_manifest
 
@@ -125,6 +126,7 @@ def test_manifest_has_500_verified_tasks_over_every_problem() -> None:
     assert len({(t["problem"], t["injector"], t["site"]) for t in m["tasks"]}) == c["tasks"]
 
 
+@pytest.mark.slow
 def test_split_is_by_problem_and_fixed() -> None:
     held, train = tasks("held_out"), tasks("train")
     assert {t.data["problem"] for t in held}.isdisjoint({t.data["problem"] for t in train})
@@ -312,6 +314,7 @@ def _run(fam: Any, policy: str, n: int) -> list[Trajectory]:
                    budget=fam.budget, system_prompt=fam.system_prompt, concurrency=2)
 
 
+@pytest.mark.slow
 def test_oracle_solves_held_out_tasks(fam: Any) -> None:
     trajs = _run(fam, "oracle", 12)
     assert all(t.outcome and t.outcome.success and t.outcome.reward == 1.0 for t in trajs), [
@@ -320,6 +323,7 @@ def test_oracle_solves_held_out_tasks(fam: Any) -> None:
     assert trajs[0].steps[0].tool_call is not None and trajs[0].messages[3].role == "tool"
 
 
+@pytest.mark.slow
 def test_noop_solves_nothing(fam: Any) -> None:
     trajs = _run(fam, "noop", 12)
     assert not any(t.outcome and t.outcome.success for t in trajs)
@@ -410,6 +414,7 @@ def _wait_for_no_containers_of(pid: int, reap: Any, timeout_s: float = 30.0) -> 
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_episode_killed_mid_way_resumes_to_the_same_final_state(backend: str, tmp_path: Path, task: Task) -> None:
     from sandboxes import reap_orphans
 

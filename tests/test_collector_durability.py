@@ -75,15 +75,20 @@ class Server:
         with log.open("ab") as fh:
             self.proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, f"collector exited with {self.proc.returncode}:\n{log.read_text()[-3000:]}"
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"collector did not start:\n{log.read_text()[-3000:]}"
-            time.sleep(0.05)
+        try:
+            while True:
+                assert self.proc.poll() is None, f"collector exited with {self.proc.returncode}:\n{log.read_text()[-3000:]}"
+                try:
+                    if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"collector did not start:\n{log.read_text()[-3000:]}"
+                time.sleep(0.05)
+        except BaseException:  # not started: not in `servers` yet, so nothing else would stop it
+            self.proc.kill()
+            self.proc.wait(30)
+            raise
 
     def kill9(self) -> None:
         if self.proc.poll() is None:
@@ -184,6 +189,7 @@ def check_store(db_url: str, acked: set[int], sent: set[int]) -> int:
     return len(rows)
 
 
+@pytest.mark.slow
 def test_kill_9_during_ingest_loses_no_acknowledged_trajectory(
     any_db_url: str, tmp_path: Path, servers: list[Server]
 ) -> None:
@@ -248,6 +254,7 @@ def _start_worker(url: str, barrier: Any) -> None:
     open_store(url).close()
 
 
+@pytest.mark.slow
 def test_workers_starting_together_on_a_fresh_database_all_come_up(any_db_url: str) -> None:
     # uvicorn --workers N (or N replicas) each migrate at startup. On SQLite a deferred
     # transaction lost that race with "database is locked" (10 of 10 tries before the fix).
@@ -266,6 +273,7 @@ def test_workers_starting_together_on_a_fresh_database_all_come_up(any_db_url: s
     store.close()
 
 
+@pytest.mark.slow
 def test_serve_with_two_workers_ingests_into_the_given_db(tmp_path: Path, servers: list[Server]) -> None:
     db_url = f"sqlite:///{tmp_path / 'w.db'}"
     server = Server(db_url, tmp_path / "w.log", workers=2)

@@ -103,6 +103,7 @@ def test_json_media_types_and_no_content_type_are_accepted(client: TestClient, h
     assert r.status_code == 200 and r.json()["accepted"] == 1
 
 
+@pytest.mark.slow
 def test_ten_thousand_messages_within_the_cap_are_stored_whole(client: TestClient, db_url: str) -> None:
     big = traj(1, content="step", n=10_000)
     payload = body(big)

@@ -81,6 +81,7 @@ def test_crashed_verifier_is_no_reward(store: Store) -> None:
     assert column(store, "reward")["traj-0001"] is None and column(store, "score")["traj-0001"] is None
 
 
+@pytest.mark.slow
 def test_quality_model_learns_and_fills_unlabeled_rows(store: Store) -> None:
     ts = seed(store, 1200)
     report = score(store, retrain=True)
@@ -103,6 +104,7 @@ def test_quality_model_learns_and_fills_unlabeled_rows(store: Store) -> None:
     assert auc_unlabeled >= 0.85, auc_unlabeled
 
 
+@pytest.mark.slow
 def test_model_is_stored_as_json_and_reloads_identically(store: Store) -> None:
     seed(store, 300)
     score(store, retrain=True)
@@ -119,6 +121,7 @@ def test_model_is_stored_as_json_and_reloads_identically(store: Store) -> None:
         QualityModel.from_json(params | {"features": ["other"]})
 
 
+@pytest.mark.slow
 def test_score_without_retrain_scores_only_new_rows(store: Store) -> None:
     seed(store, 300)
     first = score(store)  # no model yet: fits one
@@ -133,6 +136,7 @@ def test_score_without_retrain_scores_only_new_rows(store: Store) -> None:
     assert refit.quality_model_id != first.quality_model_id and refit.rows_scored == 330
 
 
+@pytest.mark.slow
 def test_too_few_labels_is_reported_not_raised(store: Store) -> None:
     store.add_trajectories([traj(i, reward=1.0) for i in range(5)])
     report = score(store, retrain=True)
@@ -140,6 +144,7 @@ def test_too_few_labels_is_reported_not_raised(store: Store) -> None:
     assert report.rows_clustered == 5 and report.score_sources["reward"] == 5
 
 
+@pytest.mark.slow
 def test_cli_score_retrain_and_stats(db_url: str, store: Store) -> None:
     seed(store, 600)
     runner = CliRunner()
@@ -156,6 +161,7 @@ def test_cli_score_retrain_and_stats(db_url: str, store: Store) -> None:
     assert r.exit_code == 0 and "held-out AUC" in r.output and "model 200" in r.output
 
 
+@pytest.mark.slow
 def test_http_stats_report_the_model(db_url: str, store: Store) -> None:
     seed(store, 300)
     score(store, retrain=True)

@@ -122,6 +122,7 @@ def test_a_gateway_that_does_not_answer_is_a_reason_not_a_failure(db_url: str) -
     assert health["gateway"]["status"] == "unreachable" and health["collector"]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_real_gateway_whose_vllm_is_down_shows_as_unavailable_with_its_errors(db_url: str, tmp_path: Path) -> None:
     import httpx
 

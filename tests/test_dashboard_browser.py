@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import httpx
 import pytest
-from _chromium import Chromium, chromium_path, png_stats
+from _chromium import Chromium, png_stats
 
 import sdk
 from collector import CollectorSettings, serve_in_thread
@@ -25,7 +25,7 @@ from server import AdminClient, GatewaySettings, start_gateway_in_thread
 from trainer import JobConfig, JobContext, TrainData, Trained, TrainStep, prompt_suite, run_job
 from trainer._steps import SFT_STEP
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.chromium, pytest.mark.slow]
 ADMIN = "dashboard-admin-token"
 CHARTS = ("versions", "live-version", "live-series", "live-app", "live-group", "runs", "per-day", "score-sources",
           "pii", "exports", "gateway", "replicas", "latency", "sandboxes")
@@ -42,10 +42,6 @@ def _support_suite(n: int, name: str) -> Any:
 
 def test_the_dashboard_shows_a_real_loop(vllm_server: Any, looplift_model_dir: Path,
                                          looplift_new_adapter: Callable[[int], Path], tmp_path: Path) -> None:
-    if chromium_path() is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but there is no chromium: .ci/run installs it (apt-get install chromium)")
-        pytest.skip("no chromium on PATH (apt-get install -y chromium)")
     db = f"sqlite:///{tmp_path / 'collector.db'}"
     with start_gateway_in_thread(GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "gw"), vllm_server.url,
                                  port=0) as gw, AdminClient(gw.url, ADMIN) as admin, \

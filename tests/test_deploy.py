@@ -44,6 +44,7 @@ def _pod_specs() -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
             yield f"{d['kind']}/{d['metadata']['name']}", spec["template"].get("metadata", {}), spec["template"]["spec"]
 
 
+@pytest.mark.slow
 def test_every_kubernetes_manifest_is_valid_against_the_1_37_schemas() -> None:
     import jsonschema
     import kubernetes_validate

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from _jobsteps import FakeGateway, add_trajectories, plus_one_suite
+from _resources import needs
 
 from trainer import JobConfig, JobInterrupted, run_job
 from trainer._config import job_config, load_config
@@ -40,6 +41,7 @@ CFG = SFTConfig(steps=30, batch_size=16, lr=1e-2, seed=3)
 
 
 @pytest.fixture(scope="module")
+@needs("model_build")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trainer._base_model import BaseModelConfig, build_base_model
 
@@ -151,6 +153,7 @@ def test_the_config_file_selects_processes_and_strategy(tmp_path: Path) -> None:
         DistConfig(nproc=0)
 
 
+@pytest.mark.slow
 def test_trainer_sft_refuses_a_bad_nproc_in_one_line(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text("{}\n")
@@ -165,6 +168,7 @@ def test_a_flag_torchrun_would_take_is_refused() -> None:
     assert torchrun_argv(2, ["m", "--steps", "3"])[-4:] == ["-m", "m", "--steps", "3"]
 
 
+@pytest.mark.slow
 def test_a_stop_request_ends_torchrun_and_its_workers(tmp_path: Path) -> None:
     mark = tmp_path / "pgid"
     stmt = f"import os, time; open({str(mark)!r}, 'w').write(str(os.getpgrp())); time.sleep(600)"

@@ -157,10 +157,8 @@ def test_up_refuses_a_busy_port_before_starting_anything(flag: str, tmp_path: Pa
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        t0 = time.monotonic()
         p = subprocess.run([str(BIN / "looplift"), "up", flag, str(port)], env=_env(tmp_path),
                            capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and f"127.0.0.1:{port} is already in use" in p.stderr and flag in p.stderr
     assert "Traceback" not in p.stderr
     assert not (tmp_path / "models").exists()  # refused before building or starting anything
-    assert time.monotonic() - t0 < 60

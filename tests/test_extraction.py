@@ -53,6 +53,7 @@ def test_generation_is_deterministic_by_seed() -> None:
     assert render(report(seed + 1)) != first
 
 
+@pytest.mark.slow
 def test_reports_meet_the_size_floor_and_their_truth_is_consistent(fam: sdk.EnvFamily, home: Path) -> None:
     for seed in held_out_seeds(SAMPLE):
         r = report(seed)
@@ -74,6 +75,7 @@ def test_build_is_cached_and_whole(home: Path) -> None:
     assert not [p for p in cache_root(home).iterdir() if p.name.startswith(".")]  # no temporary leftovers
 
 
+@pytest.mark.slow
 def test_held_out_split_is_fixed_and_disjoint_from_training() -> None:
     held = {t.id for t in tasks("held_out", None, 0)}
     assert len(held) == 200 and held == {t.id for t in tasks("held_out", None, 99)}
@@ -281,6 +283,7 @@ def test_the_episode_ends_after_the_last_submission(fam: sdk.EnvFamily, sample: 
     assert "No submissions left" in traj.steps[-1].observation
 
 
+@pytest.mark.slow
 def test_policy_figures_on_the_held_out_sample(fam: sdk.EnvFamily, sample: list[sdk.Task]) -> None:
     figures = {}
     for name in ["oracle", "noop"] + fam.cheats():

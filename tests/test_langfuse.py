@@ -232,6 +232,7 @@ def test_a_full_queue_drops_and_counts_and_ingest_never_waits(db_url: str) -> No
         store.close()
 
 
+@pytest.mark.slow
 def test_langfuse_down_never_fails_ingest(tmp_path: Path) -> None:
     with socketless_port() as closed:
         settings = CollectorSettings.from_env({"LOOPLIFT_HOME": str(tmp_path), "LANGFUSE_PUBLIC_KEY": _key(),

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from _backends import needs_docker
 from sdk.infra import spawn_tied
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +88,7 @@ def _pids(path: Path) -> list[int]:
 
 
 # ---- spawn_tied -----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sigkill_of_the_parent_leaves_no_child_or_grandchild(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     parent = subprocess.Popen(_python(f"""
@@ -158,6 +158,7 @@ def test_a_command_that_cannot_start_raises_like_popen(tmp_path: Path) -> None:
         spawn_tied([str(tmp_path / "no-such-program")])
 
 
+@pytest.mark.slow
 def test_die_with_parent_ends_a_child_the_parent_did_not_tie() -> None:
     # What `collector serve --workers` does in each uvicorn worker.
     parent = subprocess.Popen(_python("""
@@ -207,7 +208,6 @@ def _free_port() -> int:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_sigkill_of_a_sandbox_owner_removes_its_containers() -> None:
     owner = subprocess.Popen(_python("""
         import time
@@ -228,13 +228,14 @@ def test_sigkill_of_a_sandbox_owner_removes_its_containers() -> None:
     assert _wait_until(lambda: _owned_containers(owner.pid) == [], GONE_WITHIN_S, step=0.5)
 
 
-def test_collector_workers_die_with_a_sigkilled_supervisor(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_collector_workers_die_with_a_sigkilled_supervisor(tmp_path: Path, seeded_home: Path) -> None:
     port = _free_port()
     log = tmp_path / "collector.log"
     with log.open("w") as out:
         sup = subprocess.Popen([sys.executable, "-m", "collector._cli", "serve", "--workers", "2", "--port", str(port),
                                 "--db", f"sqlite:///{tmp_path / 'c.db'}"],
-                               env=_env(LOOPLIFT_HOME=str(tmp_path)), stdout=out, stderr=subprocess.STDOUT)
+                               env=_env(LOOPLIFT_HOME=str(seeded_home)), stdout=out, stderr=subprocess.STDOUT)
     try:
         assert _wait_until(lambda: log.read_text().count("Application startup complete") >= 2 or sup.poll() is not None,
                            120, step=0.2), log.read_text()[-2000:]
@@ -377,6 +378,7 @@ slow_vllm = [pytest.mark.slow, pytest.mark.vllm]
 
 
 @pytest.mark.slow
+@pytest.mark.model_build
 def test_up_sigterm_during_the_base_model_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = _home(tmp_path, None, monkeypatch)
     gw, col = _free_port(), _free_port()
@@ -482,6 +484,7 @@ def _broken_model(request: pytest.FixtureRequest, tmp_path: Path, how: str) -> P
 
 
 @pytest.mark.parametrize("how", ["no-config", pytest.param("corrupt-config", marks=slow_vllm)])
+@pytest.mark.slow
 def test_up_with_a_broken_model_says_so_in_one_line(how: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     model = _broken_model(request, tmp_path, how)
     p = subprocess.run([sys.executable, "-m", "looplift", "up", "--model", str(model), "--gateway-port",
@@ -491,6 +494,7 @@ def test_up_with_a_broken_model_says_so_in_one_line(how: str, request: pytest.Fi
 
 
 @pytest.mark.parametrize("how", ["no-config", pytest.param("corrupt-config", marks=slow_vllm)])
+@pytest.mark.slow
 def test_demo_with_a_broken_cached_model_says_so_in_one_line(how: str, request: pytest.FixtureRequest, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     home = _home(tmp_path, _broken_model(request, tmp_path, how), monkeypatch)

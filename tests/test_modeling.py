@@ -1,7 +1,7 @@
 """The modeling family: generator, step rules, mesh checks (no Docker), then Blender in the 3D image.
 
-The Docker cases need the 3D sandbox image (`looplift sandbox build-image --3d`); without it they are
-skipped with the reason, except under CI, where they fail (as in tests/_backends.py). The policy figures
+The Docker cases (marker `image3d`) need the 3D sandbox image (`looplift sandbox build-image --3d`); without it
+they are skipped with the reason, except under CI, where they fail (tests/_resources.py). The policy figures
 run on a handful of held-out tasks; the whole held-out table is `bench/modeling.py`.
 """
 
@@ -10,16 +10,15 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
 import struct
 
 import numpy as np
 import pytest
+from _resources import needs
 
 import sdk
 from envs import env_families
-from sandboxes import choose_backend
 from envs._modeling import CONFIG, KINDS, ModelingEnv, family, make_part, tasks
 from envs._modeling._blender import run_step, trusted_export
 from envs._modeling._env import code_of_action, code_of_call
@@ -224,20 +223,9 @@ def test_a_backend_without_blender_is_refused_in_one_line(monkeypatch: pytest.Mo
 
 # -- Blender in the 3D image ------------------------------------------------------------------------------
 
-_CHOICE = choose_backend(None, CONFIG.image)
-_REASON = None if _CHOICE.backend == "docker" else _CHOICE.reason
-if _REASON is not None and os.environ.get("CI"):
-    docker3d = pytest.mark.usefixtures("fail_without_3d_image")
-else:
-    docker3d = pytest.mark.skipif(_REASON is not None, reason=f"no 3D Docker sandbox: {_REASON}")
-
-
-@pytest.fixture
-def fail_without_3d_image() -> None:
-    pytest.fail(f"CI is set but the 3D sandbox image does not answer ({_REASON}): scripts/setup_docker.sh builds it")
-
 
 @pytest.fixture(scope="module")
+@needs("image3d")
 def fam() -> object:
     f = family(backend="docker", pool_size=2)
     yield f
@@ -250,7 +238,7 @@ def _run(fam: sdk.EnvFamily, sample: list[sdk.Task], policy: str) -> list[sdk.Tr
                    concurrency=2, system_prompt=fam.system_prompt)
 
 
-@docker3d
+@pytest.mark.image3d
 def test_oracle_solves_a_sample_of_the_held_out_split(fam: sdk.EnvFamily) -> None:
     sample = tasks("held_out", 3, 5)  # a sphere, a row of cubes, a flange: one of each level (bench/modeling.py: all 68)
     assert {t.data["slice"] for t in sample} == {"primitive", "feature", "part"}
@@ -260,14 +248,14 @@ def test_oracle_solves_a_sample_of_the_held_out_split(fam: sdk.EnvFamily) -> Non
     assert all(len(t.steps) == len(make_part(t.task_id.split("-")[1], int(t.task_id[-3:])).oracle) for t in trajs)
 
 
-@docker3d
+@pytest.mark.image3d
 def test_noop_scores_zero(fam: sdk.EnvFamily) -> None:
     trajs = _run(fam, tasks("held_out", 2, 2), "noop")
     assert all(t.outcome and t.outcome.reward == 0.0 and not t.outcome.success for t in trajs)
     assert trajs[0].outcome.details["failed"][0] == "the model is empty: no visible object has any faces"
 
 
-@docker3d
+@pytest.mark.image3d
 @pytest.mark.parametrize("cheat", sorted(p for p in POLICIES if p.startswith("cheat-")))
 def test_every_cheat_scores_zero(fam: sdk.EnvFamily, cheat: str) -> None:
     sample = [task("hole_grid", 0), task("cylinder", 1)]
@@ -289,7 +277,7 @@ def _env_steps(fam: sdk.EnvFamily, t: sdk.Task, codes: list[str]) -> list[sdk.St
         env.close()
 
 
-@docker3d
+@pytest.mark.image3d
 def test_feedback_localizes_planted_errors(fam: sdk.EnvFamily) -> None:
     t = task("plate_hole", 0)
     oracle = make_part("plate_hole", 0).oracle
@@ -318,7 +306,7 @@ def test_feedback_localizes_planted_errors(fam: sdk.EnvFamily) -> None:
     assert results[2].done and results[2].reward == 1.0 and results[3].reward < 1.0
 
 
-@docker3d
+@pytest.mark.image3d
 def test_feedback_names_the_modifier_that_opened_the_mesh_and_a_wrong_count(fam: sdk.EnvFamily) -> None:
     t = task("hole_grid", 0)
     oracle = make_part("hole_grid", 0).oracle
@@ -338,7 +326,7 @@ def test_feedback_names_the_modifier_that_opened_the_mesh_and_a_wrong_count(fam:
                      sliced), sliced
 
 
-@docker3d
+@pytest.mark.image3d
 def test_the_export_ignores_what_the_agent_planted(fam: sdk.EnvFamily) -> None:
     """Files a step could write if the rules missed it (a Blender startup script and userpref, a sitecustomize,
     a fake report) never reach the trusted export: Blender's user directories point nowhere, python runs isolated."""
@@ -371,7 +359,7 @@ def test_an_unknown_image_flavor_is_refused_before_any_engine_call() -> None:
         build_image(flavor="vr")
 
 
-@docker3d
+@pytest.mark.image3d
 def test_build_image_3d_flag_names_the_3d_image() -> None:
     from typer.testing import CliRunner
 

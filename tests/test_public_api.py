@@ -14,7 +14,7 @@ EXPECTED = {
     "sdk": {"Budget", "EnvFamily", "EvalSuite", "Policy", "ToolCall", "ToolCallFunction", "task_slice",
             "AllOf", "Gated", "LLMJudge", "Weighted",
             "ClientStats", "CollectorClient", "Environment", "Feedback", "IngestResult", "Message", "Outcome",
-            "Sampling", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
+            "Sampling", "SamplingRecord", "Step", "StepResult", "TRAJECTORY_SCHEMA_VERSION", "Task", "Trajectory", "TrajectoryBatch",
             "TurnTokens", "Verifier", "arun", "fisher_p", "looplift_home", "mcnemar_p", "run"},
     "sdk.infra": {"ServerThread", "ServerThreadError", "Shutdown", "TiedProcess", "atomic_dir", "atomic_open", "atomic_write",
                   "atomic_write_json", "cli_fail", "die_with_parent", "ensure_secret", "import_object", "print_table",
@@ -22,7 +22,7 @@ EXPECTED = {
     "sdk.wire": {"ALTERNATIVES_KEY", "API_KEY_HEADER", "APP_HEADER", "CAPTURE_HEADER", "CAPTURE_OFF", "EXCHANGES_KEY",
                  "KEY_ID_KEY", "REPLICA_HEADER", "RESPONSE_IDS_KEY", "REVISION_KEY", "SESSION_HEADER", "SESSION_KEY",
                  "SOURCE_GATEWAY", "SOURCE_KEY", "TASK_HEADER", "TOKEN_IDS_REDACTED_KEY", "TOOLS_KEY", "USAGE_KEY",
-                 "VERSION_HEADER", "asgi_header", "bearer_token", "error_body", "error_message"},
+                 "VERSION_HEADER", "GENERATION_CONFIG_HEADER", "asgi_header", "bearer_token", "error_body", "error_message"},
     "server": {"AdapterInvalidError", "AdminAuthError", "AdminClient", "AdminTokenMissingError", "CanaryError",
                "CanaryInfo", "CanaryView", "GatewayHandle",
                "GatewaySettings", "GatewayStartError", "HistoryEvent", "InsecureBindError", "InvalidNameError",
@@ -91,6 +91,7 @@ def test_exported_errors_share_the_package_base(package: str) -> None:
             assert issubclass(obj, base), f"{package}.{name} does not derive from {base.__name__}"
 
 
+@pytest.mark.slow
 def test_the_looplift_command_loads_without_torch() -> None:
     """Listing the groups (incl. `trainer`) and running `up --model DIR` must work on a [server]-only install."""
     import subprocess

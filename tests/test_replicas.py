@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from _adapters import write_adapter
+from _resources import needs
 from _vllm import CHAT, LONG_STREAM, slow_reader, sse_events, sse_lines, start_warm_vllm
 from _wait import wait_until
 from server import (
@@ -154,6 +155,7 @@ def test_stream_cut_by_its_replica_ends_with_an_error_event_then_it_rejoins_with
 
 # ---- two real replicas ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
+@needs("vllm")
 def replica_b(looplift_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalReplica]:
     log = tmp_path_factory.mktemp("replica_b") / "vllm.log"
     server = start_warm_vllm(looplift_model_dir, log)

@@ -33,7 +33,8 @@ from sandboxes import (
 )
 from sandboxes._cli import app
 from sandboxes._local import local_isolation
-from _backends import BACKENDS, needs_docker, sandbox_processes
+from _backends import BACKENDS, sandbox_processes
+from _resources import needs
 from _wait import wait_until
 
 FAST = SandboxConfig(timeout_s=10, output_limit_bytes=4096)
@@ -42,6 +43,7 @@ FAST = SandboxConfig(timeout_s=10, output_limit_bytes=4096)
 # -- package surface ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_import_without_docker_installed() -> None:
     # A None entry in sys.modules makes `import docker` fail as if it were not installed.
     code = (
@@ -119,12 +121,12 @@ def test_missing_command_is_a_result(sb) -> None:
 def test_timeout_sleeping(sb) -> None:
     r = sb.exec(["sleep", "30"], timeout=1)
     assert r.timed_out and r.exit_code is None and not r.oom_killed
-    assert 0.9 <= r.duration_s < 5
+    assert r.duration_s >= 0.9  # measured: it ran until the 1 s timeout
 
 
 def test_timeout_busy_loop(sb) -> None:
     r = sb.run_python("while True: pass", timeout=1)
-    assert r.timed_out and r.exit_code is None and r.duration_s < 5
+    assert r.timed_out and r.exit_code is None
 
 
 def test_timeout_leaves_no_process(sb) -> None:
@@ -140,7 +142,7 @@ def test_background_process_in_new_session_is_killed(sb) -> None:
     # setsid leaves the process group that `timeout` kills and keeps the output stream open.
     marker = "96.0625"
     r = sb.exec(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], timeout=1)
-    assert r.timed_out and r.duration_s < 6
+    assert r.timed_out
     time.sleep(0.2)
     where = None if sb.backend == "local" else sb
     assert _procs_with(where, f"sleep {marker}") == []
@@ -271,16 +273,18 @@ def test_cli_exec_json_and_exit_codes() -> None:
 
 
 def test_cli_info_json() -> None:
-    r = CliRunner().invoke(app, ["info", "--json"])
+    # No engine at that address (the fast tier never talks to Docker): the answer is local, with the reason.
+    r = CliRunner().invoke(app, ["info", "--json"], env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert r.exit_code == 0
     info = json.loads(r.stdout)
-    assert info["backend"] in ("docker", "local") and info["reason"]
+    assert info["backend"] == "local" and "no Docker engine" in info["reason"]
 
 
 # -- Docker backend specifics ---------------------------------------------------------------------
 
 
 @pytest.fixture
+@needs("docker")
 def dsb():
     """A fresh Docker sandbox for tests that abuse it."""
     with make_sandbox("docker", FAST) as s:
@@ -288,7 +292,6 @@ def dsb():
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_network_is_none(dsb) -> None:
     r = dsb.run_python(
         "import os\n"
@@ -299,7 +302,6 @@ def test_docker_network_is_none(dsb) -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_runs_as_nobody(dsb) -> None:
     r = dsb.exec(["sh", "-c", "id -u; id -g; cat /proc/self/status | grep ^CapEff"])
     lines = r.stdout.split()
@@ -307,7 +309,6 @@ def test_docker_runs_as_nobody(dsb) -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_root_fs_read_only(dsb) -> None:
     r = dsb.exec(["sh", "-c", "echo x > /etc/x"])
     assert r.exit_code != 0 and "Read-only file system" in r.stderr
@@ -316,7 +317,6 @@ def test_docker_root_fs_read_only(dsb) -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_memory_bomb_is_oom_killed(dsb) -> None:
     r = dsb.run_python("x = b'x' * (600 * 1024 * 1024)")
     assert r.oom_killed and r.exit_code == 137 and not r.timed_out and not r.ok
@@ -324,7 +324,6 @@ def test_docker_memory_bomb_is_oom_killed(dsb) -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_fork_bomb_contained(dsb) -> None:
     r = dsb.run_python(
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", timeout=3
@@ -337,14 +336,12 @@ def test_docker_fork_bomb_contained(dsb) -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_workdir_is_capped(dsb) -> None:
     r = dsb.exec(["sh", "-c", f"head -c {(FAST.workdir_mb + 8) * 1024 * 1024} /dev/zero > big"])
     assert r.exit_code != 0 and "No space left" in r.stderr
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_container_killed_by_hand_is_replaced(dsb) -> None:
     import docker
 
@@ -357,19 +354,17 @@ def test_docker_container_killed_by_hand_is_replaced(dsb) -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_container_removed_mid_command_is_a_result(dsb) -> None:
     import docker
 
     old = dsb.container_id
     threading.Timer(0.5, lambda: docker.from_env().api.remove_container(old, force=True)).start()
     r = dsb.exec(["sleep", "20"], timeout=15)
-    assert r.exit_code == 137 and not r.ok and r.duration_s < 10
+    assert r.exit_code == 137 and not r.ok and not r.timed_out  # ended by the removal, not by the 15 s timeout
     assert dsb.exec(["echo", "healed"]).stdout == "healed\n" and dsb.container_id != old
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_close_removes_container() -> None:
     import docker
 
@@ -381,7 +376,6 @@ def test_docker_close_removes_container() -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_pool_acquire_reset_replace() -> None:
     import docker
 
@@ -408,7 +402,6 @@ def test_docker_pool_acquire_reset_replace() -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_pool_concurrent_threads_and_async() -> None:
     with make_pool("docker", FAST, size=2) as pool:
         results: list[str] = []
@@ -435,7 +428,6 @@ def test_docker_pool_concurrent_threads_and_async() -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_cli_exec_docker() -> None:
     r = CliRunner().invoke(app, ["exec", "--backend", "docker", "--json", "--", "python3", "-c", "print(6*7)"])
     assert r.exit_code == 0
@@ -479,7 +471,7 @@ def test_pool_never_hands_out_dead_local_sandbox() -> None:
         pool.close()
 
 
-@needs_docker
+@pytest.mark.docker
 def test_containers_of_a_killed_process_are_reaped() -> None:
     """A process killed without cleanup (os._exit skips finalizers, like SIGKILL) whose reaper is gone too
     (killed with it, or before the reaper blocked SIGTERM) leaks its container; the next process that starts a
@@ -531,7 +523,6 @@ def test_pool_stats_count_failed_starts_and_in_use() -> None:
 
 
 @pytest.mark.docker
-@needs_docker
 def test_docker_pool_stats_reach_each_steps_info() -> None:
     """The snapshot in a step's info is the real pool: size, the sandbox this episode holds, a replaced container."""
     import docker

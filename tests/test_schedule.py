@@ -103,6 +103,7 @@ def _wait_for(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyp
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_two_schedulers_racing_never_overlap(tmp_path: Path, any_db_url: str) -> None:
     add_trajectories(any_db_url, 3)
     env = _race_env(tmp_path)
@@ -140,6 +141,7 @@ def test_two_schedulers_racing_never_overlap(tmp_path: Path, any_db_url: str) ->
     lock.release()
 
 
+@pytest.mark.slow
 def test_sigterm_mid_job_records_an_interrupted_run(tmp_path: Path, db_url: str) -> None:
     add_trajectories(db_url, 3)
     env = _race_env(tmp_path)
@@ -162,6 +164,7 @@ def test_sigterm_mid_job_records_an_interrupted_run(tmp_path: Path, db_url: str)
     lock.release()
 
 
+@pytest.mark.slow
 def test_a_bad_cron_is_one_line_before_anything_starts(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")} | {"LOOPLIFT_HOME": str(tmp_path)}
     for cmd in (["looplift", "up", "--retrain", "every night"],

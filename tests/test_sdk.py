@@ -135,6 +135,7 @@ async def test_run_inside_event_loop_says_use_arun() -> None:
         sdk.run([Task(id="a", prompt="t")], EchoEnv)
 
 
+@pytest.mark.slow
 def test_sdk_imports_without_heavy_dependencies() -> None:
     code = ("import sys, sdk; heavy = [m for m in ('torch', 'vllm', 'docker', 'sqlmodel', 'transformers') "
             "if m in sys.modules]; print(heavy)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import statistics
 import struct
 import time
 from pathlib import Path
@@ -475,43 +474,12 @@ def test_drain_waits_for_long_stream_before_unload(
             rest = sse_events(list(lines))
     assert rest[-1] == "[DONE]" and not any('"error"' in e for e in rest)
     assert {json.loads(e)["model"] for e in rest[:-1]} == {v1}  # the whole stream came from v1
-    stream_done = time.time()
     wait_until(lambda: v1 not in _vllm_models(vllm_server), "v1 unloaded once its stream ended", timeout=30)
     history = admin.versions().history
     assert history[-1].action == "unload" and history[-1].version == v1
     promoted_at = max(h.at.timestamp() for h in history if h.action == "promote" and h.version == v2)
     if mid[v1].in_flight == 1:  # it was still streaming 0.5 s after the flip, so the unload came later
         assert history[-1].at.timestamp() >= promoted_at + 0.5
-    assert history[-1].at.timestamp() <= stream_done + 5
-
-
-# ---- measurements --------------------------------------------------------------------------------
-def test_measure_gateway_overhead(client: httpx.Client, vllm_server: Any, admin: AdminClient,
-                                  looplift_new_adapter: Callable[[int], Path]) -> None:
-    body = {"messages": CHAT, "max_tokens": 1}
-    direct, via = [], []
-    with httpx.Client(base_url=vllm_server.url, timeout=60) as d:
-        for _ in range(3):  # warm both paths' connections
-            d.post("/v1/chat/completions", json={**body, "model": "policy-v0"})
-            client.post("/v1/chat/completions", json={**body, "model": "policy"})
-        for _ in range(30):  # interleaved so drift in vLLM's speed hits both equally
-            t = time.perf_counter()
-            assert d.post("/v1/chat/completions", json={**body, "model": "policy-v0"}).status_code == 200
-            direct.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            assert client.post("/v1/chat/completions", json={**body, "model": "policy"}).status_code == 200
-            via.append(time.perf_counter() - t)
-    p50_d, p50_g = statistics.median(direct) * 1000, statistics.median(via) * 1000
-    t = time.perf_counter()
-    v = admin.load(str(looplift_new_adapter(0)))
-    load_ms = (time.perf_counter() - t) * 1000
-    t = time.perf_counter()
-    swap = admin.promote(v.name)
-    promote_rtt_ms = (time.perf_counter() - t) * 1000
-    print(f"\nvLLM startup {vllm_server.startup_s:.1f} s, first-request warm-up {vllm_server.warmup_s:.1f} s; "
-          f"p50 direct {p50_d:.1f} ms, via gateway {p50_g:.1f} ms (overhead {p50_g - p50_d:.1f} ms); "
-          f"load {load_ms:.1f} ms; promote round trip {promote_rtt_ms:.1f} ms, flip {swap.swap_ms:.3f} ms")
-    assert p50_g - p50_d < 100, (p50_d, p50_g)
 
 
 def test_cli_admin_commands(gateway: GatewayHandle, looplift_new_adapter: Callable[[int], Path]) -> None:

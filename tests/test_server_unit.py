@@ -7,6 +7,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -122,16 +123,13 @@ def test_vllm_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "llama", "hidden_size": ')  # truncated JSON
     port = free_port()
-    t0 = time.monotonic()
     with pytest.raises(VLLMStartError) as e:
         start_vllm(VLLMConfig(model_dir=model, port=port, log_path=tmp_path / "v.log", start_timeout_s=120))
-    took = time.monotonic() - t0
     err = e.value
     assert "exited with code" in err.message
     assert "vllm.entrypoints.openai.api_server" in err.message and str(model) in err.message
     assert err.log_tail and err.log_tail in err.message
     assert len(err.log_tail.splitlines()) <= 40
-    assert took < 90, took
     with pytest.raises(httpx.ConnectError):  # nothing left listening
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
 
@@ -146,13 +144,11 @@ def test_vllm_start_that_hangs_dumps_its_stacks(tmp_path: Path) -> None:
     shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import time\ndef stuck_in_import():\n"
                     f"    time.sleep(3600)\nstuck_in_import()' \"$@\"\n")
     shim.chmod(0o755)
-    t0 = time.monotonic()
     with pytest.raises(VLLMStartError) as e:
         start_vllm(VLLMConfig(model_dir=tmp_path / "model", python=str(shim), log_path=tmp_path / "v.log",
                               start_timeout_s=3))
     assert "not healthy after 3 s" in e.value.message and "stacks" in e.value.message
     assert "stuck_in_import" in e.value.log_tail  # faulthandler's traceback, written by the hung process
-    assert time.monotonic() - t0 < 30
     assert not list(tmp_path.glob("core*"))
 
 
@@ -218,9 +214,7 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
     srv = _spawn("trap '' TERM; sleep 100 & sleep 100; wait", tmp_path)  # ignores SIGTERM, has a child
     srv.start_watchdog(poll_s=0.05)
     time.sleep(0.2)
-    t0 = time.monotonic()
-    srv.stop(grace_s=0.5)
-    assert time.monotonic() - t0 < 5
+    srv.stop(grace_s=0.5)  # returns: SIGKILL after the grace period, since SIGTERM is ignored
     assert not srv.alive and srv.died is None  # a requested stop is not a death
     import subprocess
 
@@ -251,6 +245,7 @@ def test_cli_start_takes_a_model_or_upstreams(args: list[str], message: str) -> 
 
 
 @pytest.mark.parametrize("n", [1, 2], ids=["one-upstream", "two-upstreams"])
+@pytest.mark.slow
 def test_cli_start_upstream_serves_the_gateway_alone_and_stops_on_sigterm(tmp_path: Path, n: int) -> None:
     """`server start --upstream URL [--upstream URL2]` starts no vLLM: the gateway answers at once (503 on /health
     while no vLLM does; with two, both are listed), and SIGTERM stops it cleanly. (Over a real vLLM:
@@ -286,16 +281,29 @@ def test_cli_start_upstream_serves_the_gateway_alone_and_stops_on_sigterm(tmp_pa
     assert proc.returncode == 0 and "stopped (SIGTERM)" in out and "vLLM ready" not in out, out
 
 
-def test_gateway_round_trip_has_no_nagle_delay(tmp_path: Path) -> None:
-    # Regression: a pre-bound socket created with proto=0 made asyncio skip TCP_NODELAY, and every
-    # response waited ~40 ms for a delayed ACK.
-    import statistics
+async def _ok_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The smallest ASGI app: lifespan, and 200 "ok" to any request."""
+    if scope["type"] == "lifespan":
+        while True:
+            if (await receive())["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
 
-    settings = GatewaySettings(admin_token="t", state_dir=tmp_path)
-    with start_gateway_in_thread(settings, "http://127.0.0.1:9", port=0) as gw, httpx.Client(base_url=gw.url) as c:
-        times = []
-        for _ in range(15):
-            t = time.perf_counter()
-            c.get("/metrics")
-            times.append(time.perf_counter() - t)
-    assert statistics.median(times) < 0.02, times
+
+@pytest.mark.parametrize("fast_loop", [False, True], ids=["asyncio", "uvloop"])
+def test_accepted_connections_have_tcp_nodelay(fast_loop: bool) -> None:
+    # Regression: a pre-bound socket created with proto=0 made asyncio skip TCP_NODELAY, and every response
+    # waited ~40 ms for a delayed ACK. Checked on the server's end of the connection, not by timing responses.
+    # (uvloop, the gateway's loop, sets it whatever the proto; asyncio's, the collector's, only for IPPROTO_TCP.)
+    import socket
+
+    from sdk.infra import start_server_thread
+
+    with start_server_thread(_ok_app, "127.0.0.1", 0, fast_loop=fast_loop) as st, httpx.Client(base_url=st.url) as c:
+        assert c.get("/").text == "ok"  # the client keeps the connection open: the server's end is still there
+        accepted = [p.transport.get_extra_info("socket") for p in list(st._server.server_state.connections)]
+        assert accepted and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in accepted)

@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _jobsteps import add_trajectories
 
 from collector import CollectorSettings, serve_in_thread
 from sdk.infra import atomic_write_json
+
+pytestmark = pytest.mark.slow  # each test runs `looplift status` in a subprocess (seconds each)
 
 
 def _closed_port() -> int:

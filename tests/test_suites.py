@@ -65,6 +65,7 @@ def test_a_suite_with_no_tasks_is_refused(tmp_path: Path) -> None:
         sys.path.remove(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_cli_eval_errors_are_one_line(tmp_path: Path) -> None:
     env = {"PATH": str(BIN), "LOOPLIFT_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     p = subprocess.run([str(BIN / "trainer"), "suite", "check", "myapp.evals:suite"], env=env, cwd=tmp_path,
@@ -172,6 +173,7 @@ def test_suite_from_holdout_keeps_verified_answers(tmp_path: Path) -> None:
                           "t4": ['{"status": "found"}']}) == {"t1": True, "t3": True, "t4": False}
 
 
+@pytest.mark.slow
 def test_from_holdout_cli_writes_the_suite_and_reports(tmp_path: Path) -> None:
     env = {"PATH": str(BIN), "LOOPLIFT_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     p = subprocess.run([str(BIN / "trainer"), "suite", "from-holdout", str(_holdout(tmp_path)), "--checker", "exact",

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from _resources import needs
 from safetensors.torch import load_file
 
 from envs._arithmetic import demonstration, held_out_tasks, training_tasks
@@ -26,6 +27,7 @@ def tok():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
+@needs("model_build")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_base_model(TINY, out_dir=tmp_path_factory.mktemp("m") / "tiny")
 

@@ -10,7 +10,7 @@
 - The scheduler (`Scheduler`, `trainer schedule`, `looplift up --retrain`): cron, new-data and drift
   triggers. Settings from `looplift.toml` (`load_config`, `job_config`, `schedule_config`).
 - The canary watch (`CanaryWatch`, `trainer canary`, `looplift up --retrain`): promote or drop a canary from
-  live outcomes (exact one-sided Fisher test), roll back a promotion whose live signal falls.
+  live outcomes (always-valid sequential tests), roll back a promotion whose live signal falls.
 - The tiny base-model builder (the embedded default) and LoRA SFT (`train_sft`).
 - RL (`--algo dpo|grpo`): DPO on preference pairs and user corrections (`train_dpo`); GRPO on the exact
   tokens vLLM sampled, off-policy corrected with its logprobs (`GRPOLearner`, `train_grpo`, data as
@@ -31,6 +31,10 @@ from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from ._quiet import quiet_progress_bars as _quiet_progress_bars
+
+_quiet_progress_bars()  # transformers' and huggingface_hub's bars off, before any module here imports them
 
 _EXPORTS = {
     "BaseModelConfig": "._base_model",
@@ -67,7 +71,7 @@ _EXPORTS = {
     "list_runs": "._runs",
     "ScheduleConfig": "._schedule",
     "Scheduler": "._schedule",
-    "TRAIN_STEPS": "._steps",
+    "TRAIN_STEPS": "._train_steps",
     "JobContext": "._steps",
     "TrainData": "._steps",
     "TrainStep": "._steps",
@@ -129,7 +133,9 @@ if TYPE_CHECKING:
     from ._dist import DistConfig
     from ._eval import EvalResult, evaluate
     from ._from_holdout import HoldoutSuite, suite_from_holdout
-    from ._gate import GateConfig, GateDecision, SliceRow, gate, mcnemar_p
+    from sdk import mcnemar_p
+
+    from ._gate import GateConfig, GateDecision, SliceRow, gate
     from ._interrupt import StopToken
     from ._job import JobConfig, JobResult, run_job
     from ._lock import JobLock
@@ -139,10 +145,11 @@ if TYPE_CHECKING:
     from ._runs import list_runs
     from ._sampler import PassRateSampler, UniformSampler
     from ._schedule import ScheduleConfig, Scheduler
-    from ._steps import TRAIN_STEPS, JobContext, TrainData, Trained, TrainStep
+    from ._steps import JobContext, TrainData, Trained, TrainStep
     from ._suites import load_suite
     from ._timeline import Timeline
     from ._tokens import TokenRow, episode_rows
+    from ._train_steps import TRAIN_STEPS
     from .dpo import DPOConfig, DPOResult, train_dpo
     from .errors import (
         ConfigError,

@@ -22,10 +22,10 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from envs import demonstration, training_tasks
 from sdk import looplift_home
@@ -77,10 +77,10 @@ def _tokenizer_corpus(seed: int) -> list[str]:
     tool_convs = [calc_demo(t, rng, miscopy_p=0.5) for t in training_tasks(300, seed + 19)]
     tool_convs += [lookup_demo(rng, miscopy_p=0.5) for _ in range(300)]
     for msgs, _tools in tool_convs:
-        for m in msgs:
-            texts.append(m["content"] or "")
+        for msg in msgs:
+            texts.append(msg["content"] or "")
             texts += [f'{{"name": "{c["function"]["name"]}", "arguments": {c["function"]["arguments"]}}}'
-                      for c in m.get("tool_calls") or []]
+                      for c in msg.get("tool_calls") or []]
     texts += ["Error: NameError: name 'x' is not defined", "Correct.", "Incorrect.", "Output: ", "Answer: ",
               "Tools: calc(expression) lookup_order(order_id)"]
     return texts
@@ -113,7 +113,7 @@ def _llama_config(cfg: BaseModelConfig, vocab: int, tok) -> LlamaConfig:  # type
     )
 
 
-def _save(model: LlamaForCausalLM, tok, out_dir: Path, meta: dict) -> Path:  # type: ignore[no-untyped-def]
+def _save(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, out_dir: Path, meta: dict[str, Any]) -> Path:
     """Write an HF directory atomically (temp dir + rename)."""
     out_dir = Path(out_dir)
     model.generation_config.eos_token_id = tok.eos_token_id
@@ -147,7 +147,7 @@ def write_lora_adapter(model_dir: Path, out_dir: Path, *, seed: int = 0, rank: i
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.5)
-    peft_model.save_pretrained(out_dir)
+    peft_model.save_pretrained(str(out_dir))
     return Path(out_dir)
 
 

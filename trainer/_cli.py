@@ -6,15 +6,19 @@ then defaults; every failure is one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ._canary_cli import _fail, canary_app, console
+from sdk.infra import cli_fail, print_table
+
+from ._canary_cli import canary_app, console
 
 app = typer.Typer(help="Post-train the served model: the retrain job, its history, the scheduler, eval suites, "
                        "the base-model builder, SFT.",
@@ -70,13 +74,13 @@ def sft_cmd(
     from .sft import SFTConfig, sft_module_args
 
     if not data.exists():
-        _fail(f"{data} does not exist; create it with `collector export --format sft --out {data}`", 2)
+        cli_fail(f"{data} does not exist; create it with `collector export --format sft --out {data}`", 2)
     try:
         dist_cfg = DistConfig(nproc=1 if nproc is None else nproc, strategy=strategy or "ddp")
         config = SFTConfig(steps=steps, rank=rank, alpha=alpha, dropout=dropout, lr=lr, batch_size=batch_size,
                            seed=seed, max_len=max_len)
     except TrainerError as e:
-        _fail(str(e), 2)
+        cli_fail(str(e), 2)
     if dist_cfg.nproc > 1 and not under_torchrun():
         from ._dist import launch
 
@@ -101,7 +105,7 @@ def _train_sft(data: Path, base_model: Path, out: Path, config: object, strategy
                                 progress=lambda s, n, loss: p.update(bar, completed=s))
         except TrainerError as e:
             if dist.is_main:
-                _fail(str(e))
+                cli_fail(str(e))
             raise typer.Exit(1) from None
         if dist.is_main:
             print(json.dumps({"adapter_dir": str(res.adapter_dir), "train_loss": res.train_loss,
@@ -114,7 +118,9 @@ _CONFIG = typer.Option(None, "--config", help="looplift.toml to read (default: .
                                               "$LOOPLIFT_HOME/looplift.toml).")
 _EVAL = typer.Option(None, "--eval", help="Eval suite the gate runs: PKG.MODULE:ATTR (an sdk.EvalSuite or a function "
                                           "returning one) or a prompt-suite .jsonl. The demo's: envs:arithmetic_suite.")
-_ALGO = typer.Option(None, "--algo", help="Training algorithm: sft | dpo | grpo, or PKG.MODULE:ATTR naming a TrainStep.")
+_ALGO = typer.Option(None, "--algo", help="Training algorithm: sft | dpo | grpo (offline, on the export; the demo's "
+                                          "online GRPO is `looplift demo --algo online-grpo`), or PKG.MODULE:ATTR "
+                                          "naming a TrainStep.")
 _BASE = typer.Option(None, "--base-model", help="Base model the server serves (default: the cached tiny model).")
 _DB = typer.Option(None, "--db", help="Collector DB URL (default sqlite:///$LOOPLIFT_HOME/collector.db).")
 _GATEWAY = typer.Option(None, "--gateway", help="Gateway URL (default http://127.0.0.1:8000).")
@@ -133,8 +139,40 @@ _CANARY = typer.Option(None, "--canary", help="When the gate passes, send this s
                                                "instead of promoting; `trainer canary watch` decides.")
 _RUNS_DIR = typer.Option(None, "--runs-dir", help="Run history directory (default $LOOPLIFT_HOME/trainer/runs).")
 
+#: The retrain job's options, which `run` and `schedule` share: parameter -> (type, option). A parameter is
+#: named as `job_config`'s keyword, so the flags go to `_job` as they come (`config` and `token` it reads itself).
+_JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "eval": (Optional[str], _EVAL), "config": (Optional[Path], _CONFIG), "algo": (Optional[str], _ALGO),
+    "base_model": (Optional[Path], _BASE), "db": (Optional[str], _DB), "gateway": (Optional[str], _GATEWAY),
+    "token": (Optional[str], _TOKEN), "app": (Optional[str], _APP), "min_reward": (Optional[float], _MIN_REWARD),
+    "min_score": (Optional[float], _MIN_SCORE), "min_examples": (Optional[int], _MIN_EXAMPLES),
+    "holdout": (Optional[float], _HOLDOUT), "alpha": (Optional[float], _ALPHA),
+    "slice_tolerance": (Optional[float], _SLICE_TOL), "runs_dir": (Optional[Path], _RUNS_DIR),
+    "canary": (Optional[float], _CANARY), "nproc": (Optional[int], _NPROC), "strategy": (Optional[str], _STRATEGY),
+}
 
-def _job(config: Optional[Path], token: Optional[str], **flags: object) -> tuple[object, object]:
+
+def _job_options(*, without: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the job's options (`_JOB_OPTIONS` but `without`), listed after its own; the command
+    takes them as `**job_flags` and passes them on to `_job`. Typer reads a command's options from its
+    signature, so the wrapper's signature is the command's own parameters plus these."""
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+              for name, (kind, option) in _JOB_OPTIONS.items() if name not in without]
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = [p for p in inspect.signature(command).parameters.values() if p.kind is not p.VAR_KEYWORD]
+
+        @functools.wraps(command)
+        def with_job_options(**flags: Any) -> None:
+            command(**flags)
+
+        with_job_options.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+        return with_job_options
+
+    return decorate
+
+
+def _job(config: Optional[Path] = None, token: Optional[str] = None, **flags: object) -> tuple[object, object]:
     """(JobConfig, EvalSuite) from the flags and looplift.toml, or a one-line error."""
     from ._config import job_config, load_config
     from ._suites import load_suite
@@ -144,11 +182,11 @@ def _job(config: Optional[Path], token: Optional[str], **flags: object) -> tuple
         job = job_config(load_config(config), admin_token=token,
                          **{k: (str(v) if isinstance(v, Path) else v) for k, v in flags.items()})
         if not (Path(job.base_model_dir) / "config.json").exists() and job.algo == "sft":
-            _fail(f"no base model at {job.base_model_dir}; pass --base-model DIR or run `trainer build-base`", 2)
+            cli_fail(f"no base model at {job.base_model_dir}; pass --base-model DIR or run `trainer build-base`", 2)
         return job, load_suite(job.eval)
     except TrainerError as e:
-        _fail(str(e), 2)
-        raise  # unreachable: _fail exits
+        cli_fail(str(e), 2)
+        raise  # unreachable: cli_fail exits
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
@@ -164,16 +202,11 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
 
 @app.command("run")
+@_job_options()
 def run_cmd(
-    eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
-    base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
-    token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
-    min_score: Optional[float] = _MIN_SCORE,
-    min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
-    slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
-    canary: Optional[float] = _CANARY, nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
     trigger: str = typer.Option("manual", help="Recorded as the run's trigger (e.g. `cron` from a systemd timer)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    **job_flags: Any,
 ) -> None:
     """One idempotent retrain job: export -> train -> gate on the app's eval suite -> publish if better.
 
@@ -183,19 +216,16 @@ def run_cmd(
     from ._job import run_job
     from .errors import JobInterrupted
 
-    job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_score=min_score, min_examples=min_examples,
-                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, canary=canary,
-                      nproc=nproc, strategy=strategy)
+    job, suite = _job(**job_flags)
     stop = StopToken()
     try:
         with sigterm_stops(stop):
             res = run_job(job, suite=suite, trigger=trigger, stop=stop,  # type: ignore[arg-type]
                           status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     except JobInterrupted as e:
-        _fail(f"interrupted by {e}; the serving version is untouched and the run is recorded as interrupted", 143)
+        cli_fail(f"interrupted by {e}; the serving version is untouched and the run is recorded as interrupted", 143)
     except _known_errors() as e:
-        _fail(str(e))
+        cli_fail(str(e))
     if as_json:
         print(json.dumps(res.to_dict()))
     else:
@@ -219,7 +249,7 @@ def runs_cmd(
     if run_id is not None:
         found = [r for r in runs if r.get("run_id", "").startswith(run_id)]
         if len(found) != 1:
-            _fail(f"{len(found)} runs match {run_id!r} in {default_runs_dir(runs_dir)}; give a longer run id", 2)
+            cli_fail(f"{len(found)} runs match {run_id!r} in {default_runs_dir(runs_dir)}; give a longer run id", 2)
         _show_run(found[0], as_json)
         return
     runs = runs[-limit:] if limit > 0 else runs
@@ -228,17 +258,20 @@ def runs_cmd(
         return
 
     table = Table(title=f"retrain runs ({default_runs_dir(runs_dir)})")
-    for col in ("run", "started", "trigger", "status", "candidate vs serving", "n", "b/c", "p", "reason"):
+    for col in ("run", "started", "trigger", "status", "candidate vs serving (gate)", "n", "b/c", "p",
+                "held-out (report split)", "reason"):
         table.add_column(col, overflow="fold")
     for r in runs:
         g = r.get("gate") or {}
         cs, ss = r.get("candidate_success"), r.get("serving_success")
         rates = "-" if cs is None or ss is None else f"{r.get('candidate')} {cs:.0%} vs {r.get('serving')} {ss:.0%}"
+        rc, rs = r.get("candidate_report_success"), r.get("serving_report_success")
+        report = "-" if rc is None or rs is None else f"{rc:.0%} vs {rs:.0%} on {g.get('n_report', '?')}"
         table.add_row(r.get("run_id", "?"), (r.get("started_at") or "")[:19], r.get("trigger") or "-",
                       r.get("status", "?"), rates, str(g.get("n", "-")),
                       f"{g['b']}/{g['c']}" if "b" in g else "-",
-                      f"{g['p_value']:.2g}" if "p_value" in g else "-", r.get("reason") or "")
-    Console(width=max(160, Console().width)).print(table)
+                      f"{g['p_value']:.2g}" if "p_value" in g else "-", report, r.get("reason") or "")
+    print_table(Console(), table)
 
 
 def _show_run(run: dict, as_json: bool) -> None:  # type: ignore[type-arg]
@@ -258,10 +291,11 @@ def _show_run(run: dict, as_json: bool) -> None:  # type: ignore[type-arg]
         for r in g["slices"]:
             table.add_row(r["slice"], str(r["n"]), f"{r['candidate']:.0%}", f"{r['serving']:.0%}",
                           f"{100 * r['delta']:+.0f} pts", "yes" if r["regressed"] else "no")
-        Console().print(table)
+        print_table(Console(), table)
 
 
 @app.command("schedule")
+@_job_options(without=("canary",))  # a scheduled job's canary share comes from looplift.toml
 def schedule_cmd(
     cron: Optional[str] = typer.Option(None, "--cron", help="Run on this cron expression (e.g. '0 3 * * *'; local time)."),
     new_data: Optional[int] = typer.Option(None, "--new-data", help="Run after N new scored trajectories of the app."),
@@ -272,13 +306,7 @@ def schedule_cmd(
                                                      help="Fewest live episodes for a drift decision (30)."),
     poll: Optional[str] = typer.Option(None, "--poll", help="How often to check the triggers (30s)."),
     max_runs: Optional[int] = typer.Option(None, "--max-runs", help="Exit after this many jobs (default: run forever)."),
-    eval_spec: Optional[str] = _EVAL, config: Optional[Path] = _CONFIG, algo: Optional[str] = _ALGO,
-    base_model: Optional[Path] = _BASE, db: Optional[str] = _DB, gateway: Optional[str] = _GATEWAY,
-    token: Optional[str] = _TOKEN, app_name: Optional[str] = _APP, min_reward: Optional[float] = _MIN_REWARD,
-    min_score: Optional[float] = _MIN_SCORE,
-    min_examples: Optional[int] = _MIN_EXAMPLES, holdout: Optional[float] = _HOLDOUT, alpha: Optional[float] = _ALPHA,
-    slice_tolerance: Optional[float] = _SLICE_TOL, runs_dir: Optional[Path] = _RUNS_DIR,
-    nproc: Optional[int] = _NPROC, strategy: Optional[str] = _STRATEGY,
+    **job_flags: Any,
 ) -> None:
     """Run the retrain job whenever a trigger fires: a cron time, N new scored trajectories, or drift.
 
@@ -289,15 +317,13 @@ def schedule_cmd(
     from ._schedule import Scheduler
     from .errors import JobInterrupted, TrainerError
 
+    config = job_flags["config"]
     try:
         sched = schedule_config(load_config(config), cron=cron, new_data=new_data, drift=drift,
                                 drift_window=drift_window, drift_min_episodes=drift_min_episodes, poll=poll)
     except TrainerError as e:
-        _fail(str(e), 2)
-    job, suite = _job(config, token, eval=eval_spec, algo=algo, base_model=base_model, db=db, gateway=gateway,
-                      app=app_name, min_reward=min_reward, min_score=min_score, min_examples=min_examples,
-                      holdout=holdout, alpha=alpha, slice_tolerance=slice_tolerance, runs_dir=runs_dir, nproc=nproc,
-                      strategy=strategy)
+        cli_fail(str(e), 2)
+    job, suite = _job(**job_flags)
     scheduler = Scheduler(job, sched, suite,  # type: ignore[arg-type]
                           status=lambda m: console.print(f"[dim]{escape(m)}[/dim]", highlight=False))
     console.print(f"scheduler: cron={sched.cron} new-data={sched.new_data} drift={sched.drift}; polling every "
@@ -307,7 +333,7 @@ def schedule_cmd(
         with sigterm_stops(scheduler.token):
             scheduler.run(max_runs=max_runs)
     except JobInterrupted as e:
-        _fail(f"stopped by {e}; a running job was recorded as interrupted, the serving version is untouched", 143)
+        cli_fail(f"stopped by {e}; a running job was recorded as interrupted, the serving version is untouched", 143)
     finally:
         watch.stop()
 
@@ -321,7 +347,7 @@ def _canary_watch(job: Any, config: Optional[Path]) -> Any:
     try:
         settings = canary_config(load_config(config))
     except TrainerError as e:
-        _fail(str(e), 2)
+        cli_fail(str(e), 2)
     watch = CanaryWatch.for_job(job, settings,
                                 status=lambda m: console.print(f"[dim]canary: {escape(m)}[/dim]", highlight=False))
     watch.start_thread()
@@ -355,7 +381,7 @@ def suite_from_holdout_cmd(
                                    slice_by=slice_by, name=name, max_tokens=max_tokens)
         built.write(out)
     except (TrainerError, OSError) as e:
-        _fail(str(e), 2)
+        cli_fail(str(e), 2)
     summary = {"out": str(out), "tasks": len(built.cases), "read": built.read, "skipped": built.skipped,
                "holdout": built.header.get("holdout"), "checker": checker}
     if as_json:
@@ -382,7 +408,7 @@ def suite_check_cmd(
     try:
         suite = load_suite(spec)
     except TrainerError as e:
-        _fail(str(e), 2)
+        cli_fail(str(e), 2)
     slices: dict[str, int] = {}
     for t in suite.tasks:
         slices[task_slice(t, suite.slice_key)] = slices.get(task_slice(t, suite.slice_key), 0) + 1

@@ -26,8 +26,10 @@ are relative to the file's directory.
     strategy = "ddp"                 # with nproc > 1: ddp | fsdp
 
     [gate]
-    alpha = 0.05                     # one-sided exact McNemar significance level
+    alpha = 0.05                     # per-app family-wise level: the k-th gate tests at alpha * 6/(pi^2 k^2)
     slice_tolerance = 0.05           # largest allowed drop of a slice's success rate
+    report_fraction = 0.3            # share of tasks (by id hash) that never decide; the held-out figure
+    retries = 2                      # re-runs of an eval episode that errored before the gate refuses
 
     [schedule]                       # `trainer schedule`, `looplift up --retrain`
     cron = "0 3 * * *"               # croniter syntax, local time
@@ -38,18 +40,19 @@ are relative to the file's directory.
     poll = "30s"                     # how often triggers are checked
 
     [canary]                         # `trainer canary watch`, `looplift up`: live canary decisions + rollback watch
-    alpha = 0.05                     # one-sided exact Fisher level (promote: better; drop: worse)
+    alpha = 0.05                     # error level of the always-valid tests (decide at e-value 1/alpha)
     min_samples = 30                 # live episodes per side before any decision
     max_samples = 400                # per side; still undecided: drop
-    watch = "1h"                     # after a promotion, roll back within this window when live success falls
+    watch = "1h"                     # after a promotion, roll back within this window when live success fell
     watch_min_samples = 30           # ... over at least this many episodes
-    watch_tolerance = 0.10           # ... more than this below what the gate (else the canary) measured
+    watch_tolerance = 0.10           # ... shown more than this below the replaced version's (the hour before)
     poll = "15s"
 
     [sft]                            # trainer.SFTConfig fields: rank, alpha, dropout, lr, steps, batch_size, seed, max_len
-    [dpo]                            # trainer.DPOConfig fields (`--algo dpo`): rank, alpha, lr, steps, beta, nll_weight, ...
+    [dpo]                            # trainer.DPOConfig fields (`--algo dpo`): rank, alpha, lr, steps, beta, nll_weight,
+                                     # max_len, reference = "serving" | "base", ...
     [grpo]                           # trainer.GRPOConfig's numeric fields (`--algo grpo`): lr, epochs, clip_low, clip_high,
-                                     # max_staleness, kl_beta, ...
+                                     # dual_clip, max_staleness, kl_beta, ...
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ if TYPE_CHECKING:
     from ._schedule import ScheduleConfig
 
 _NUM = (int, float)
+#: An algorithm config's field type (as annotated) -> the TOML types its key accepts; other fields are not keys.
+_FIELD_TYPES: dict[Any, tuple[type, ...]] = {"float": _NUM, float: _NUM, "int": (int,), int: (int,), "str": (str,), str: (str,)}
 #: section -> key -> accepted Python types of the TOML value.
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
@@ -81,12 +86,12 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
                 "holdout": _NUM, "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM,
                 "nproc": (int,),
                 "strategy": (str,)},
-    "gate": {"alpha": _NUM, "slice_tolerance": _NUM},
+    "gate": {"alpha": _NUM, "slice_tolerance": _NUM, "report_fraction": _NUM, "retries": (int,)},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
     "canary": {"alpha": _NUM, "min_samples": (int,), "max_samples": (int,), "watch": (str, *_NUM),
                "watch_min_samples": (int,), "watch_tolerance": _NUM, "poll": (str, *_NUM)},
-    # Filled from the config class's numeric fields when a file has the section (importing them imports torch).
+    # Filled from the config class's numeric and string fields when a file has the section (importing them imports torch).
     "sft": {},
     "dpo": {},
     "grpo": {},
@@ -145,8 +150,7 @@ def load_config(explicit: Optional[Path] = None) -> LoopliftConfig:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
     for section in (s for s in _ALGO_CONFIGS if s in raw and not SCHEMA[s]):
         config_class = _algo_config(section)
-        SCHEMA[section] = {f.name: (_NUM if f.type in ("float", float) else (int,)) for f in dataclasses.fields(config_class)
-                           if f.type in ("float", float, "int", int)}
+        SCHEMA[section] = {f.name: _FIELD_TYPES[f.type] for f in dataclasses.fields(config_class) if f.type in _FIELD_TYPES}
     unknown = [f"[{s}]" for s in raw if s not in SCHEMA]
     unknown += [f"[{s}].{k}" for s, keys in raw.items() if s in SCHEMA and isinstance(keys, dict)
                 for k in keys if k not in SCHEMA[s]]
@@ -229,7 +233,9 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
     try:
         gate = GateConfig(alpha=float(pick(flags.get("alpha"), cfg.gate, "alpha", D.GATE_ALPHA)),
                           slice_tolerance=float(pick(flags.get("slice_tolerance"), cfg.gate, "slice_tolerance",
-                                                     D.GATE_SLICE_TOLERANCE)))
+                                                     D.GATE_SLICE_TOLERANCE)),
+                          report_fraction=float(cfg.gate.get("report_fraction", D.GATE_REPORT_FRACTION)),
+                          retries=cfg.gate.get("retries", D.GATE_EVAL_RETRIES))
         algos = {section: _algo_config(section)(**getattr(cfg, section)) for section in _ALGO_CONFIGS}
         canary = None if t.get("canary") is None else float(t["canary"])
         if canary is not None and not 0.0 < canary < 1.0:

@@ -28,9 +28,17 @@ STRATEGY = "ddp"
 EVAL_SEED = 0
 
 # ---- the gate ----------------------------------------------------------------------------------
-#: One-sided significance level of the exact McNemar test. On 100 held-out tasks a candidate that is
-#: better on 5 discordant pairs and worse on none (p = 1/32) promotes; 93% vs 92% (p >= 0.5) does not.
+#: Family-wise one-sided significance level per app: the k-th gate of an app tests the exact McNemar p-value
+#: at alpha * 6 / (pi^2 k^2) (alpha spending, `trainer._gate`), so all of an app's gates together promote an
+#: equal candidate with probability <= alpha. The first gate tests at 0.0304: a clean win of 6 discordant
+#: pairs (p = 1/64) promotes, 5 (p = 1/32) does not; the second at 0.0076, the 20th at 7.6e-5.
 GATE_ALPHA = 0.05
+#: Share of the eval suite's tasks (chosen by a hash of the task id) that never decide a promotion: the
+#: held-out success reported for a version comes from them. 0.3: 74 of the demo's 100 tasks select, 26 report.
+GATE_REPORT_FRACTION = 0.3
+#: An eval episode that errored (environment, verifier, generation) is re-run up to this many times with the
+#: same seed; still erroring, the gate refuses to decide (an error is never counted as a failure).
+GATE_EVAL_RETRIES = 2
 #: A declared slice may lose at most this much success rate (absolute, 0-1) for a promotion.
 GATE_SLICE_TOLERANCE = 0.05
 #: The task-data key that names a task's slice (`EvalSuite.slice_key`).
@@ -57,8 +65,9 @@ CONFIG_ENV = "LOOPLIFT_CONFIG"
 PROMPT_MAX_TOKENS = 128
 
 # ---- the canary watch ----------------------------------------------------------------------------
-#: One-sided level of the live exact Fisher test: promote when the candidate is better with p <= this,
-#: drop when it is worse with p <= this.
+#: Error level of the canary's always-valid tests (`trainer._sequential`): promote when the e-value for
+#: "candidate better" reaches 1/this, drop when the one for "worse" does, roll back when the one for "fell"
+#: does. Each error has probability <= this at any polling cadence.
 CANARY_ALPHA = 0.05
 #: Live episodes (with a verifier outcome, else with a rating) each side needs before any canary decision.
 CANARY_MIN_SAMPLES = 30
@@ -67,9 +76,21 @@ CANARY_MIN_SAMPLES = 30
 CANARY_MAX_SAMPLES = 400
 #: After a promotion, how long (seconds) its live signal is watched for an automatic rollback.
 CANARY_WATCH_S = 3600.0
-#: Live episodes after the promotion before the watch may roll back.
+#: Live episodes after the promotion before the watch may roll back (the test is valid from the first; this
+#: keeps a handful of early failures from deciding on their own).
 CANARY_WATCH_MIN_SAMPLES = 30
-#: Roll back when live success falls more than this (absolute, 0-1) below the gate's measurement.
+#: Roll back when live success since the promotion is shown to be more than this (absolute, 0-1) below the
+#: replaced version's in the watch window before it; a smaller fall never rolls back.
 CANARY_WATCH_TOLERANCE = 0.10
 #: Seconds between two looks of `trainer canary watch`.
 CANARY_POLL_S = 15.0
+
+# ---- RL losses -----------------------------------------------------------------------------------
+#: GRPO's dual-clip constant c (Ye et al. 2020; verl's `clip_ratio_c`): for a negative advantage the
+#: per-token objective is max(min(r·A, clip(r)·A), c·A), so a token whose ratio r grew far past
+#: 1 + clip_high adds at most c·|A| to the loss, and no gradient. Must exceed 1 + clip_high; 0 turns it off.
+GRPO_DUAL_CLIP = 3.0
+#: DPO's reference and starting point in the retrain job: "serving" continues the serving version's adapter
+#: (the policy that produced the pairs), which is also the reference; "base" trains a fresh adapter with the
+#: base model as reference. A serving version without an adapter (the base itself) is "base" either way.
+DPO_REFERENCE = "serving"

@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, cast
 
 import torch
 import torch.distributed as torch_dist
@@ -148,7 +148,8 @@ class Dist(contextlib.AbstractContextManager["Dist"]):
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
-            state = get_model_state_dict(model, options=opts)
+            # A model's state dict holds tensors (the stub's value type also admits nested state).
+            state = cast("dict[str, torch.Tensor]", get_model_state_dict(model, options=opts))
             return state if self.is_main else None
         inner = self.unwrap(model)
         names = {n for n, p in inner.named_parameters() if p.requires_grad}

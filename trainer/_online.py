@@ -27,7 +27,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence
 
 import httpx
 import openai
@@ -43,6 +43,10 @@ from ._steps import JobContext, TrainData, Trained, TrainStep
 from ._timeline import Timeline, TimedTransport, timed_env
 from .errors import ConfigError, PublishError
 from .grpo import GRPOLearner, UpdateStats
+
+if TYPE_CHECKING:
+    from sdk import CollectorClient, Environment
+    from server import AdminClient
 
 MODES = ("sync", "async")
 #: Per request; a long generation on a busy CPU server can take a while (the SDK uses the same bound).
@@ -101,15 +105,15 @@ class OnlineGRPO:
         learner: GRPOLearner,
         *,
         pool: Sequence[Task],
-        env_factory: Callable[[], Any],
+        env_factory: Callable[[], Environment],
         verifier: Verifier,
         gateway_url: str,
-        admin: Any,
+        admin: AdminClient,
         adapters_dir: Path,
         sampler: Sampler,
         version: str,
         config: OnlineConfig = OnlineConfig(),
-        collector: Optional[Any] = None,
+        collector: Optional[CollectorClient] = None,
         timeline: Optional[Timeline] = None,
         api_key: Optional[str] = None,
     ) -> None:
@@ -167,8 +171,9 @@ class OnlineGRPO:
         """Run `updates` updates; the last adapter is published only if `publish_last` (a job gates it instead).
         `on_update` is called after each update (e.g. to advance a progress bar)."""
         http = httpx.AsyncClient(transport=TimedTransport(self.timeline), timeout=REQUEST_TIMEOUT_S)
+        # openai types `http_client` as an httpx2 client only; it takes an httpx one too (openai/_httpx2.py).
         client = openai.AsyncOpenAI(base_url=self.gateway_url + "/v1", api_key=self.api_key or "looplift-no-key",
-                                    http_client=http, max_retries=2)
+                                    http_client=http, max_retries=2)  # type: ignore[arg-type]
         try:
             if self.config.mode == "sync" or self.learner.config.max_staleness == 0:
                 out = []

@@ -38,9 +38,9 @@ from typing import Any, Callable, Optional
 import sdk
 from sdk import Budget, EvalSuite, Outcome, StepResult, Task, Trajectory
 from sdk.errors import ConfigError as SDKConfigError
+from sdk.infra import import_object
 
 from . import _defaults as D
-from ._imports import import_object
 from ._json import jsonl_objects
 from .errors import SuiteError
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from . import _defaults as D
 from ._interrupt import StopToken
@@ -32,6 +32,10 @@ from ._job import JobConfig, JobResult, run_job
 from ._runs import default_runs_dir, last_export_time, measured_success
 from sdk import EvalSuite
 from .errors import ConfigError, JobInterrupted
+
+if TYPE_CHECKING:
+    from collector import Store
+    from server import AdminClient
 
 Status = Callable[[str], None]
 
@@ -76,7 +80,7 @@ class Scheduler:
     def __init__(self, job: JobConfig, schedule: ScheduleConfig, suite: EvalSuite, *,
                  status: Optional[Status] = None, around_promote: Optional[Callable[[], Any]] = None,
                  now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
-                 admin: Optional[Callable[[], Any]] = None, job_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+                 admin: Optional[Callable[[], AdminClient]] = None, job_kwargs: Optional[Mapping[str, Any]] = None) -> None:
         """`now` is the clock the cron trigger reads; `admin` makes the `server.AdminClient` the drift
         trigger asks for the serving version; `job_kwargs` go to every `run_job` call (tests pass a
         gateway faked at its transport through both)."""
@@ -88,7 +92,7 @@ class Scheduler:
         self._job_kwargs = dict(job_kwargs or {})
         self.token = StopToken()
         self.results: list[JobResult] = []
-        self._store: Any = None
+        self._store: Optional[Store] = None
         self._next_cron: Optional[datetime] = self._cron_after(now()) if schedule.cron else None
 
     # ---- triggers ----------------------------------------------------------------------------------
@@ -96,9 +100,9 @@ class Scheduler:
         from croniter import croniter
 
         assert self.schedule.cron is not None
-        return croniter(self.schedule.cron, t).get_next(datetime)  # type: ignore[no-any-return]
+        return croniter(self.schedule.cron, t).get_next(datetime)
 
-    def _open_store(self) -> Any:
+    def _open_store(self) -> Store:
         if self._store is None:
             from collector import open_store
 
@@ -112,7 +116,7 @@ class Scheduler:
         """Scored trajectories of the app ingested since the newest run's export."""
         return int(self._open_store().window_stats(app=self.job.app, since=self._since_last_run()).scored)
 
-    def _default_admin(self) -> Any:
+    def _default_admin(self) -> AdminClient:
         from server import AdminClient
 
         return AdminClient(self.job.gateway_url, self.job.admin_token)

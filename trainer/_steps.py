@@ -6,10 +6,10 @@ candidate, gate, promote — and the only part that changes with the algorithm i
     export(ctx) -> TrainData          cheap; its sha256 decides whether the run has anything new
     train(ctx, data) -> Trained       the adapter directory vLLM will load
 
-`TRAIN_STEPS` maps the names `--algo` accepts to steps ("sft" here; DPO and GRPO register theirs).
-`--algo PKG.MODULE:ATTR` names any other step by import path (a `TrainStep`, or a zero-argument
-callable returning one). A step must call `ctx.check_stop()` now and then (e.g. every optimizer
-step) so that SIGTERM or a stopping scheduler interrupts it promptly.
+This module holds the step's types and SFT's step; DPO's and GRPO's are in `_rl_steps`, and the names
+`--algo` accepts (`TRAIN_STEPS`, `resolve_train_step`) in `_train_steps`, which imports both. A step
+must call `ctx.check_stop()` now and then (e.g. every optimizer step) so that SIGTERM or a stopping
+scheduler interrupts it promptly.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
-
-from .errors import ConfigError
 
 if TYPE_CHECKING:
     from ._job import JobConfig
@@ -115,28 +113,3 @@ def _sft_train_torchrun(ctx: JobContext, data: TrainData) -> Trained:
 
 
 SFT_STEP = TrainStep("sft", _sft_export, _sft_train, config=lambda cfg: cfg.sft)
-
-#: The algorithms `--algo` names. DPO's and GRPO's steps live in `_rl_steps` (imported last: they build
-#: on the types above).
-TRAIN_STEPS: dict[str, TrainStep] = {"sft": SFT_STEP}
-
-from ._rl_steps import DPO_STEP, GRPO_STEP  # noqa: E402
-
-TRAIN_STEPS.update(dpo=DPO_STEP, grpo=GRPO_STEP)
-
-
-def resolve_train_step(algo: str) -> TrainStep:
-    """The step `algo` names: a key of `TRAIN_STEPS` or `PKG.MODULE:ATTR`."""
-    if algo in TRAIN_STEPS:
-        return TRAIN_STEPS[algo]
-    if ":" not in algo:
-        raise ConfigError(f"unknown training algorithm {algo!r}; use one of {', '.join(sorted(TRAIN_STEPS))} "
-                          "or PKG.MODULE:ATTR naming a trainer TrainStep")
-    from ._imports import import_object
-
-    obj = import_object(algo, what="--algo", error=ConfigError)
-    if not isinstance(obj, TrainStep) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, TrainStep):
-        raise ConfigError(f"--algo {algo} is a {type(obj).__name__}, not a TrainStep (or a function returning one)")
-    return obj

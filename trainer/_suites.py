@@ -18,8 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ._imports import import_object
 from sdk import EvalSuite
+from sdk.infra import import_object
+
 from .errors import SuiteError
 
 NO_SUITE_HINT = ("pass --eval PKG.MODULE:ATTR (an sdk.EvalSuite or a function returning one) or --eval SUITE.jsonl, "

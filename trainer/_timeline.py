@@ -17,9 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import httpx
+
+if TYPE_CHECKING:
+    from sdk import Environment, StepResult, Task, ToolCall
 
 # Generation outranks training so that, when both run at once (async), the overlap shows up as generation
 # time that training did not add; environment time counts only while no request is in flight.
@@ -104,7 +107,7 @@ class _TimedEnv:
     """`env` with its reset/step/step_tool calls counted as `environment` busy; everything else it offers (its
     `tools`, ...) passes through, and it has `step_tool` only when `env` has one (the SDK asks with getattr)."""
 
-    def __init__(self, env: Any, timeline: Timeline) -> None:
+    def __init__(self, env: Environment, timeline: Timeline) -> None:
         self._env, self._tl = env, timeline
         if callable(getattr(env, "step_tool", None)):
             self.step_tool = self._step_tool
@@ -112,15 +115,16 @@ class _TimedEnv:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._env, name)
 
-    def _step_tool(self, call: Any) -> Any:
+    def _step_tool(self, call: ToolCall) -> StepResult:
         with self._tl.busy("environment"):
-            return self._env.step_tool(call)
+            result: StepResult = getattr(self._env, "step_tool")(call)  # noqa: B009 - an optional member
+            return result
 
-    def reset(self, task: Any) -> str:
+    def reset(self, task: Task) -> str:
         with self._tl.busy("environment"):
-            return self._env.reset(task)  # type: ignore[no-any-return]
+            return self._env.reset(task)
 
-    def step(self, action: str) -> Any:
+    def step(self, action: str) -> StepResult:
         with self._tl.busy("environment"):
             return self._env.step(action)
 
@@ -130,6 +134,6 @@ class _TimedEnv:
             close()
 
 
-def timed_env(factory: Callable[[], Any], timeline: Timeline) -> Callable[[], Any]:
+def timed_env(factory: Callable[[], Environment], timeline: Timeline) -> Callable[[], Environment]:
     """An environment factory whose environments count their reset/step calls as `environment` busy."""
     return lambda: _TimedEnv(factory(), timeline)

@@ -86,4 +86,5 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()  # (B, T-1, V)
     target = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
     # gather - logsumexp instead of log_softmax: no second (B, T, V) tensor (the vocabulary can be 150k).
-    return logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (B, T-1)
+    logprobs: torch.Tensor = logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (B, T-1)
+    return logprobs

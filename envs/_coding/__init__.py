@@ -50,7 +50,7 @@ def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None, co
     sandboxes for episodes, the most that run at once (`$LOOPLIFT_SANDBOX_POOL`, else 2); `config` their limits."""
     pools = FamilyPools(family_backend(backend), family_pool_size(pool_size), config)
 
-    def env_factory() -> Any:
+    def env_factory() -> CodingEnv:
         return CodingEnv(pools.get()[0], timeout_s=config.timeout_s)
 
     return EnvFamily(

@@ -211,9 +211,9 @@ def _off_by_one(t: _Text, w: _Walker, rng: random.Random) -> list[_Site]:
         literal = isinstance(p, (ast.Dict, ast.List, ast.Tuple, ast.Set))
         if not (in_range or literal or isinstance(p, (ast.Slice, ast.Subscript, ast.Compare, ast.BinOp, ast.AugAssign))):
             continue
-        new = node.value + rng.choice((1, -1))
+        bumped = node.value + rng.choice((1, -1))
         a, b = t.span(node)
-        out.append(_Site(a, b, str(new), f"changed the constant {node.value} to {new}"))
+        out.append(_Site(a, b, str(bumped), f"changed the constant {node.value} to {bumped}"))
     return out
 
 

@@ -62,9 +62,8 @@ def _choose_visible(results: dict[str, bool], n: int) -> tuple[list[int], bool]:
 
 def _build_problem(p: Problem, seed: int, per_pair: int, sb: Sandbox) -> tuple[list[dict[str, Any]], Counter[str]]:
     stats: Counter[str] = Counter()
-    hidden = {"prompt": p.prompt, "test": p.test, "entry_point": p.entry_point}
     sb.reset()
-    if not run_hidden(sb, p.source, **hidden).passed:
+    if not run_hidden(sb, p.source, prompt=p.prompt, test=p.test, entry_point=p.entry_point).passed:
         stats["problems_failing_canonical"] += 1
         return [], stats
     n = len(visible_asserts(p))
@@ -88,7 +87,7 @@ def _build_problem(p: Problem, seed: int, per_pair: int, sb: Sandbox) -> tuple[l
                 continue
             assert m.source.replace(m.fix_old, m.fix_new, 1) == p.source and m.source.count(m.fix_old) == 1
             sb.reset()
-            r = run_hidden(sb, m.source, **hidden)
+            r = run_hidden(sb, m.source, prompt=p.prompt, test=p.test, entry_point=p.entry_point)
             if r.timed_out or "timed out" in r.reason:
                 stats["rejected_timeout"] += 1
                 continue

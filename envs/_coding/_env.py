@@ -45,10 +45,10 @@ import json
 import re
 from typing import Any, Optional
 
-from sdk import StepResult, Task
+from sdk import StepResult, Task, ToolCall
 
 from .._envs import SandboxSource, ShellEnv, _clip, _Lease, _safe_path, parse_file_blocks
-from sandboxes import EnvSnapshot, SandboxError
+from sandboxes import EnvSnapshot, Sandbox, SandboxError
 
 __all__ = ["CodingEnv", "TOOLS", "workdir_files"]
 
@@ -178,7 +178,7 @@ class CodingEnv:
         """A plain-text action: a fenced bash block (run), `# file:` blocks (write), or anything else (end)."""
         return self._lease.annotate(self._step_text(action))
 
-    def step_tool(self, call: Any) -> StepResult:
+    def step_tool(self, call: ToolCall) -> StepResult:
         """One tool call (`sdk.ToolCall`: `.function.name`, `.function.arguments` as a JSON string)."""
         return self._lease.annotate(self._step_tool(call))
 
@@ -194,7 +194,7 @@ class CodingEnv:
         return StepResult(observation="Episode ended; solution.py will be graded by the hidden tests.", done=True,
                           info={"action": "end"})
 
-    def _step_tool(self, call: Any) -> StepResult:
+    def _step_tool(self, call: ToolCall) -> StepResult:
         self._require()
         name = getattr(getattr(call, "function", None), "name", "")
         raw = getattr(getattr(call, "function", None), "arguments", "") or "{}"
@@ -295,7 +295,7 @@ class CodingEnv:
             return f"Not written: {e}"
         return f"Wrote {rel} ({len(content)} chars)."
 
-    def _sb(self) -> Any:
+    def _sb(self) -> Sandbox:
         sb = self._lease.sandbox
         assert sb is not None
         return sb

@@ -99,7 +99,8 @@ class _Layout:
 
 def _table(rows: Sequence[Sequence[Any]], widths: Sequence[float], bold_rows: Sequence[int] = ()) -> Table:
     t = Table([list(r) for r in rows], colWidths=list(widths), repeatRows=1)
-    style = [("GRID", (0, 0), (-1, -1), 0.3, colors.HexColor("#999999")), ("FONTSIZE", (0, 0), (-1, -1), 8.5),
+    style: list[tuple[str, tuple[int, int], tuple[int, int], *tuple[Any, ...]]] = [
+             ("GRID", (0, 0), (-1, -1), 0.3, colors.HexColor("#999999")), ("FONTSIZE", (0, 0), (-1, -1), 8.5),
              ("ALIGN", (1, 0), (-1, -1), "RIGHT"), ("FONTNAME", (0, 0), (-1, 0), "Helvetica-Bold"),
              ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#E8EEF4")), ("BOTTOMPADDING", (0, 0), (-1, -1), 2),
              ("TOPPADDING", (0, 0), (-1, -1), 2)]
@@ -324,7 +325,7 @@ def _notes(lay: _Layout) -> list[Any]:
                "operating income excludes corporate costs, which are not allocated.")]
     out += lay.caption("segments")
     # Long headers wrap inside their cell (a Paragraph), as they would in a typeset report.
-    rows: list[list[Any]] = [["Segment"] + [Paragraph(h, _HEAD_CELL) for h in (
+    rows = [["Segment"] + [Paragraph(h, _HEAD_CELL) for h in (
         f"Revenue {lay.y(r.fy)}", f"Revenue {lay.y(r.prior)}", f"Operating income {lay.y(r.fy)}",
         f"Operating income {lay.y(r.prior)}")]]
     for i, s in enumerate(r.segments):

@@ -35,6 +35,8 @@ Python scripts embedded in .blend files never run (auto-run is off and `open_mai
 `use_scripts=False`). Standard library, numpy and bpy only.
 """
 
+from __future__ import annotations
+
 import contextlib
 import io
 import json
@@ -44,7 +46,10 @@ import sys
 import tempfile
 import time
 import traceback
+from types import ModuleType
+from typing import Any
 
+# bpy, its objects and the numpy arrays built from them are typed Any: bpy exists only inside Blender.
 STATE = "state.blend"
 OUT = ".looplift"
 MAX_TRIANGLES = 200000
@@ -57,26 +62,26 @@ EXPORT_MARK = "LOOPLIFT-EXPORT "
 class _Capped(io.StringIO):
     """print() target that keeps the first MAX_OUTPUT characters."""
 
-    def write(self, s):
+    def write(self, s: str) -> int:
         room = MAX_OUTPUT - self.tell()
         if room > 0:
             super().write(s[:room])
         return len(s)
 
 
-def _open_state(bpy):
+def _open_state(bpy: Any) -> None:
     if os.path.exists(STATE):
         bpy.ops.wm.open_mainfile(filepath=os.path.abspath(STATE), load_ui=False, use_scripts=False)
     else:
         bpy.ops.wm.read_factory_settings(use_empty=True)
 
 
-def _round(v, n=3):
+def _round(v: Any, n: int = 3) -> list[float]:
     return [round(float(x), n) for x in v]
 
 
-def _modifier_info(m):
-    info = {"name": m.name, "type": m.type, "enabled": bool(m.show_viewport)}
+def _modifier_info(m: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"name": m.name, "type": m.type, "enabled": bool(m.show_viewport)}
     for key in ("operation", "solver", "count", "use_relative_offset", "relative_offset_displace", "use_constant_offset",
                 "constant_offset_displace", "use_object_offset", "width", "segments", "limit_method", "thickness",
                 "levels", "angle", "axis"):
@@ -96,7 +101,7 @@ def _modifier_info(m):
     return info
 
 
-def _mesh_arrays(np, ev):
+def _mesh_arrays(np: ModuleType, ev: Any) -> tuple[Any, Any, int]:
     """(vertices in world space (V, 3), triangles (T, 3), open edge count) of an evaluated object."""
     me = ev.to_mesh()
     try:
@@ -122,12 +127,12 @@ def _mesh_arrays(np, ev):
         ev.to_mesh_clear()
 
 
-def _open_edges(np, bpy, obj):
+def _open_edges(np: ModuleType, bpy: Any, obj: Any) -> int:
     dg = bpy.context.evaluated_depsgraph_get()
     return _mesh_arrays(np, obj.evaluated_get(dg))[2]
 
 
-def _breaking_modifier(np, bpy, obj):
+def _breaking_modifier(np: ModuleType, bpy: Any, obj: Any) -> str | None:
     """The first enabled modifier of `obj` after which its evaluated mesh has open edges, or None."""
     mods = [m for m in obj.modifiers if m.show_viewport]
     if not mods:
@@ -143,7 +148,8 @@ def _breaking_modifier(np, bpy, obj):
             m.show_viewport = True
             bpy.context.view_layer.update()
             if _open_edges(np, bpy, obj):
-                return m.name
+                broken: str = m.name
+                return broken
         return None
     finally:
         for m, s in zip(obj.modifiers, saved):
@@ -151,13 +157,14 @@ def _breaking_modifier(np, bpy, obj):
         bpy.context.view_layer.update()
 
 
-def _scene(np, bpy, localize):
+def _scene(np: ModuleType, bpy: Any, localize: bool) -> tuple[list[dict[str, Any]], list[tuple[str, Any, Any]]]:
     """(object descriptions, model parts) of the current scene; parts are (name, vertices, triangles)."""
     dg = bpy.context.evaluated_depsgraph_get()
-    objects, parts = [], []
+    objects: list[dict[str, Any]] = []
+    parts: list[tuple[str, Any, Any]] = []
     for obj in sorted(bpy.context.scene.objects, key=lambda o: o.name):
         visible = bool(obj.visible_get()) and obj.type in GEOMETRY
-        d = {"name": obj.name, "type": obj.type, "in_model": visible, "location": _round(obj.location),
+        d: dict[str, Any] = {"name": obj.name, "type": obj.type, "in_model": visible, "location": _round(obj.location),
              "dimensions": _round(obj.dimensions), "modifiers": [_modifier_info(m) for m in obj.modifiers]}
         if obj.type in GEOMETRY:
             try:
@@ -177,7 +184,7 @@ def _scene(np, bpy, localize):
     return objects, parts
 
 
-def _write_ply(np, path, parts):
+def _write_ply(np: ModuleType, path: str, parts: list[tuple[str, Any, Any]]) -> None:
     verts = [co for _, co, _ in parts]
     offset, faces = 0, []
     for _, co, tris in parts:
@@ -196,10 +203,10 @@ def _write_ply(np, path, parts):
         out.write(rec.tobytes())
 
 
-def _export(np, bpy, ply_path, localize):
+def _export(np: ModuleType, bpy: Any, ply_path: str, localize: bool) -> dict[str, Any]:
     objects, parts = _scene(np, bpy, localize)
     triangles = sum(len(t) for _, _, t in parts)
-    result = {"objects": objects[:MAX_OBJECTS], "object_count": len(objects),
+    result: dict[str, Any] = {"objects": objects[:MAX_OBJECTS], "object_count": len(objects),
               "model_parts": [name for name, _, _ in parts], "triangles": int(triangles)}
     if triangles > MAX_TRIANGLES:
         result["too_large"] = True
@@ -208,7 +215,7 @@ def _export(np, bpy, ply_path, localize):
     return result
 
 
-def _agent_traceback(name):
+def _agent_traceback(name: str) -> str:
     lines = traceback.format_exception(*sys.exc_info())
     keep = [lines[0]] if lines and lines[0].startswith("Traceback") else []
     for chunk in lines[1:]:
@@ -218,7 +225,7 @@ def _agent_traceback(name):
     return "".join(keep)[-3000:]
 
 
-def step(bpy, np, req):
+def step(bpy: Any, np: ModuleType, req: dict[str, Any]) -> None:
     os.makedirs(OUT, exist_ok=True)
     for name in ("report.json", "step.ply"):
         with contextlib.suppress(FileNotFoundError):
@@ -251,7 +258,7 @@ def step(bpy, np, req):
         json.dump(result, f)
 
 
-def export(bpy, np):
+def export(bpy: Any, np: ModuleType) -> None:
     directory = tempfile.mkdtemp(prefix="export-", dir=".")
     _open_state(bpy)
     result = _export(np, bpy, os.path.join(directory, "model.ply"), localize=False)
@@ -260,7 +267,7 @@ def export(bpy, np):
     sys.stdout.write("\n" + EXPORT_MARK + os.path.basename(directory) + "\n")
 
 
-def main():
+def main() -> None:
     mode = sys.argv[1]
     req = json.loads(sys.stdin.read() or "{}")
     import numpy as np

@@ -1,6 +1,8 @@
 """Infrastructure the looplift services share: one implementation each of atomic file writes, of a
 uvicorn server in a background thread, of child processes that die with their parent, and of turning
-SIGTERM/SIGINT/SIGHUP into an orderly shutdown.
+SIGTERM/SIGINT/SIGHUP into an orderly shutdown; and for the command lines, of failing with one line
+(`cli_fail`), of printing a table whole in a log (`print_table`) and of loading an object named
+`PKG.MODULE:ATTR` (`import_object`).
 
 Applications do not need this module; `server`, `collector`, `trainer` and `looplift` import it so that
 each of these jobs is done one way (the same fsync behaviour everywhere, the same thread-server
@@ -9,8 +11,11 @@ Importing it needs nothing beyond the SDK's own dependencies: uvicorn is importe
 """
 
 from .._home import ensure_secret, read_secret
+from ._cli import cli_fail
 from ._files import atomic_dir, atomic_open, atomic_write, atomic_write_json
+from ._imports import import_object
 from ._signals import Shutdown, shutdown_on_signals
+from ._tables import print_table
 from ._threads import ServerThread, ServerThreadError, start_server_thread
 from ._tied import TiedProcess, die_with_parent, spawn_tied
 
@@ -23,8 +28,11 @@ __all__ = [
     "atomic_open",
     "atomic_write",
     "atomic_write_json",
+    "cli_fail",
     "die_with_parent",
     "ensure_secret",
+    "import_object",
+    "print_table",
     "read_secret",
     "shutdown_on_signals",
     "spawn_tied",
