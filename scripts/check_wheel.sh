@@ -116,11 +116,10 @@ for c in "${cmds[@]}"; do
   out="$("$LL" "$c" --help 2>&1)" || { echo "$out" >&2; fail "looplift $c --help failed (cli extra only)"; }
 done
 ok "looplift --help and looplift {${cmds[*]}} --help with the cli extra only (typer, rich, click)"
-# The component console scripts without their extras: one line naming the extra, exit 2, no traceback.
-for c in collector trainer; do
-  out="$("$TMP/venv/bin/$c" 2>&1)" && fail "$c succeeded without the [$c] extra"
-  [[ "$out" == *"looplift[$c]"* && "$out" != *Traceback* ]] || { echo "$out" >&2; fail "$c without its extra did not say what to install"; }
-done
-ok "collector and trainer console scripts without their extras say which extra to install"
+# The collector's console script without its extra (the package itself needs sqlmodel to import): one line
+# naming the extra, exit 2, no traceback.
+out="$("$TMP/venv/bin/collector" 2>&1)" && fail "collector succeeded without the [collector] extra"
+[[ "$out" == *"looplift[collector]"* && "$out" != *Traceback* ]] || { echo "$out" >&2; fail "collector without its extra did not say what to install"; }
+ok "the collector console script without its extra says which extra to install"
 
 echo "wheel check passed in $((SECONDS - t0)) s"
