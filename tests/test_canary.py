@@ -495,14 +495,19 @@ def test_the_configs_accept_their_edges() -> None:
     WatchConfig(window_s=0.5, min_samples=1, tolerance=0.5)
 
 
-def test_every_verdict_names_the_version_it_decides_on() -> None:
-    """Mutants (mutmut trainer._canary.x_judge_canary__mutmut_43/88/99/110/120,
-    x_judge_watch__mutmut_74/85/130): a verdict for version None (the gateway would act on no version)."""
+def test_every_verdict_names_its_version_reason_and_figures() -> None:
+    """Mutants (mutmut trainer._canary.x_judge_canary__mutmut_10/39/50/61/71, x_judge_watch__mutmut_24/35/58/68):
+    a verdict for version None (the gateway would act on no version); (x_judge_canary__mutmut_11/12/15/16/51/62/72,
+    x_judge_watch__mutmut_25/36/59/69) a verdict without its reason or its figures (the decision history's record)."""
     for cand, serv in [((29, 29), (2, 29)), ((27, 30), (10, 30)), ((5, 30), (20, 30)), ((16, 30), (15, 30)),
                        ((205, 400), (200, 400))]:
-        assert judge_canary(_sig("policy-v2", *cand), _sig("policy-v1", *serv), CanaryConfig()).version == "policy-v2"
-    for ref, live in [((0, 0), (0, 40)), ((80, 100), (0, 10)), ((80, 100), (30, 40))]:
-        assert judge_watch(_sig("policy-v2", *live), _sig("policy-v1", *ref), CanaryConfig()).version == "policy-v2"
+        v = judge_canary(_sig("policy-v2", *cand), _sig("policy-v1", *serv), CanaryConfig())
+        assert v.version == "policy-v2" and isinstance(v.reason, str) and "live success" in v.reason
+        assert v.figures["candidate_n"] == cand[1] and v.figures["serving_n"] == serv[1]
+    for ref, live in [((0, 0), (0, 40)), ((80, 100), (0, 10)), ((80, 100), (15, 40)), ((80, 100), (30, 40))]:
+        v = judge_watch(_sig("policy-v2", *live), _sig("policy-v1", *ref), CanaryConfig())
+        assert v.version == "policy-v2" and isinstance(v.reason, str) and "since the promotion" in v.reason
+        assert v.figures["live_n"] == live[1] and v.figures["reference_n"] == ref[1]
 
 
 def test_the_watch_waits_without_live_episodes() -> None:

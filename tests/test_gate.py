@@ -254,3 +254,47 @@ def test_decision_is_json_ready() -> None:
 def test_gate_config_refuses_nonsense(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="gate"):
         GateConfig(**kwargs)  # type: ignore[arg-type]  # deliberately wrong values
+
+
+# ---- edges found by mutation testing (scripts/mutation.sh gate) ---------------------------------------------
+@pytest.mark.parametrize("kwargs", [{"alpha": 1.0}, {"slice_tolerance": 1.5}])
+def test_gate_config_refuses_its_bounds(kwargs: dict[str, object]) -> None:
+    """Mutants (mutmut trainer._gate.xǁGateConfigǁ__post_init____mutmut_4/10): `alpha <= 1.0`,
+    `slice_tolerance <= 2.0`."""
+    with pytest.raises(ValueError, match="gate"):
+        GateConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_gate_config_accepts_its_edges() -> None:
+    """Mutants (mutmut trainer._gate.xǁGateConfigǁ__post_init____mutmut_8/9): `0.0 < slice_tolerance`, `< 1.0`:
+    a tolerance of 0 (no slice may lose anything) or 1 (slices ignored) refused although valid."""
+    GateConfig(slice_tolerance=0.0)
+    GateConfig(slice_tolerance=1.0)
+
+
+def test_a_tie_never_promotes_even_at_a_lax_alpha() -> None:
+    """Mutant (mutmut trainer._gate.x_gate__mutmut_199, `b < c` for `b <= c`): at alpha 0.99 the first gate tests at
+    alpha_k = 0.60, and b = c = 50 has p = 0.54, so only the `b <= c` guard refuses a candidate that won as
+    many discordant pairs as it lost."""
+    tasks = ids(100)
+    d = gate(outcomes(tasks, set(range(50))), outcomes(tasks, set(range(50, 100))), config=GateConfig(alpha=0.99))
+    assert (d.b, d.c) == (50, 50) and d.p_value < d.alpha_k
+    assert not d.promote
+
+
+def test_a_refusal_records_no_test() -> None:
+    """Mutants (mutmut trainer._gate.x_gate__mutmut_72..139, the three refusals: errors, unpaired, no selection
+    task): promote recorded as None, n/b/c/p_value other than n, 0, 0, 1.0, the reason's count or wording lost;
+    (x_gate__mutmut_40/44/56/57/66) slice_tolerance, retries or serving_success not recorded; (x__rate__mutmut_5)
+    an empty selection's success recorded as 100%."""
+    tasks = ids(20)
+    cand, serv = outcomes(tasks, set(range(10))), outcomes(tasks, set())
+    errored = gate(cand, serv, candidate_errors={"x": "boom"}, config=GateConfig(retries=2, slice_tolerance=0.2))
+    unpaired = gate(cand, outcomes(ids(30), set()))
+    only_report = gate(outcomes(ids(5, report=True), set(range(5))), outcomes(ids(5, report=True), set()))
+    for d, n in [(errored, 20), (unpaired, 20), (only_report, 0)]:
+        assert d.promote is False and (d.n, d.b, d.c, d.p_value) == (n, 0, 0, 1.0)
+    assert (errored.retries, errored.slice_tolerance) == (2, 0.2)
+    assert only_report.candidate_success == 0.0 and only_report.serving_success == 0.0
+    assert gate(cand, outcomes(tasks, set(range(5)))).serving_success == 0.25
+    assert "no tasks were evaluated" in gate({}, {}).reason and "10 tasks" in unpaired.reason
