@@ -14,11 +14,9 @@ checks that they, and the promote/drop decisions built on them, are the decision
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 from fractions import Fraction
-from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
@@ -26,6 +24,7 @@ import pytest
 
 from trainer._canary import CanaryConfig, LiveSignal, judge_canary
 from trainer._sequential import log_e_greater
+from _bench import load_bench
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("scipy")
@@ -35,13 +34,7 @@ RUNS = 1000
 
 
 def _bench() -> ModuleType:
-    # Loaded by path: putting bench/ on sys.path would let bench/sandboxes.py shadow the package.
-    path = Path(__file__).resolve().parents[1] / "bench" / "canary_sim.py"
-    spec = importlib.util.spec_from_file_location("bench_canary_sim", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("canary_sim")
 
 
 sim = _bench()

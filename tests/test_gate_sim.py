@@ -5,22 +5,17 @@ the fixed-alpha gate it replaces does not. Decisions are checked against `traine
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _bench import load_bench
+
 
 @pytest.fixture(scope="module")
 def sim() -> Any:
-    # Loaded by path: putting bench/ on sys.path would let bench/collector.py shadow the package.
-    path = Path(__file__).resolve().parents[1] / "bench" / "gate_sim.py"
-    spec = importlib.util.spec_from_file_location("bench_gate_sim", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("gate_sim")
     return mod.simulate(histories=2000, seed=0, check=10)
 
 
