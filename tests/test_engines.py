@@ -55,8 +55,9 @@ def second_engine() -> Iterator[Dockerd]:
             copied = engine.load_image_from(main, CFG.image)
         finally:
             main.close()
+        first = _first_sandbox(engine)
         print(f"\nsecond engine {engine.url}: dockerd answered in {started:.1f} s, image {CFG.image} copied in "
-              f"{copied:.1f} s")
+              f"{copied:.1f} s, first sandbox answered in {first:.1f} s")
         yield engine
     finally:
         engine.cleanup()
@@ -64,6 +65,27 @@ def second_engine() -> Iterator[Dockerd]:
 
 
 pytestmark = pytest.mark.docker
+
+
+def _first_sandbox(engine: Dockerd, within_s: float = 90.0) -> float:
+    """Start (and close) one sandbox on the new engine before any test uses it, retrying for `within_s`: a
+    fresh engine that cannot run a container fails here with Docker's own error and its dockerd log, not later
+    as a pool that quietly placed everything on the first engine. Returns the seconds it took."""
+    from sandboxes import DockerSandbox
+
+    t0 = time.monotonic()
+    client = engine.client()
+    try:
+        while True:
+            try:
+                DockerSandbox(CFG, client=client, engine=engine.url).close()
+                return time.monotonic() - t0
+            except SandboxStartError as e:
+                if time.monotonic() - t0 > within_s:
+                    require("docker", f"the second dockerd runs no sandbox ({e}); its log: {engine.tail()}")
+                time.sleep(2.0)
+    finally:
+        client.close()
 
 
 def _on(placer: EnginePlacer, url: str) -> int:
@@ -102,7 +124,8 @@ def test_sigkill_of_an_owner_removes_its_containers_on_every_engine(second_engin
     owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)
     try:
-        assert owner.stdout is not None and owner.stdout.readline().strip() == "ready", owner.communicate()[1][-3000:]
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "ready", (
+            owner.communicate()[1][-3000:], second_engine.tail())
         assert [len(_owned(url, owner.pid)) for url in (MAIN, second_engine.url)] == [1, 1]
     finally:
         owner.kill()
@@ -129,7 +152,7 @@ def test_a_pool_spreads_by_capacity_and_a_dead_engine_takes_out_only_its_sandbox
     placer = EnginePlacer([EngineSpec(MAIN, 4), EngineSpec(second_engine.url, 12)], CFG)
     with SandboxPool(placer, size=4, on_close=placer.close) as pool:
         assert pool.wait_ready(120)
-        assert (_on(placer, MAIN), _on(placer, second_engine.url)) == (1, 3)  # 4 : 12
+        assert (_on(placer, MAIN), _on(placer, second_engine.url)) == (1, 3), (placer.status(), second_engine.tail())  # 4 : 12
         assert sorted(_all_at_once(pool, 4)) == sorted([MAIN] + [second_engine.url] * 3)
 
         with contextlib.ExitStack() as held:  # all four in use during the crash
