@@ -13,10 +13,15 @@ way its advantage says, DPO's margin, its reference, and its refusal to truncate
     advantages centred on the batch, not the group       test_each_group_is_centred_on_its_own_mean__kills_batch_mean
     mask off by one: loss_mask[:, :-1], behaviour[:, :-1], prompt or padding in the mask, the last sampled token
       dropped by `episode_rows`                          test_loss_covers_exactly_the_sampled_tokens__kills_mask_off_by_one
-    no dual clip                                         test_dual_clip_bounds_a_negative_advantage__kills_missing_dual_clip
+    no dual clip; the dual clip on a positive advantage  test_dual_clip_bounds_a_negative_advantage__kills_missing_dual_clip
+    KL of log ref + log pi, or over unmasked positions   test_kl_term_is_in_the_loss__kills_missing_kl
     clip_frac counting the wrong branch (ratio out of range; unclipped branch won)
                                                          test_clip_frac_counts_the_clipped_branch__kills_wrong_branch
-    DPO sign flipped                                     test_one_dpo_step_raises_the_chosen_replys_margin
+    DPO sign flipped                                     test_one_dpo_step_raises_the_chosen_replys_margin,
+                                                         test_dpo_loss_by_hand__kills_sign_flip_and_unscaled_nll
+    DPO margin without the reference, beta left out, the NLL summed (not per token) or weighted wrongly, a zero
+      token count clamped to anything but 1
+                                                         test_dpo_loss_by_hand__kills_sign_flip_and_unscaled_nll
     DPO base as reference while continuing an adapter    test_dpo_starts_at_its_reference__kills_wrong_reference
     DPO truncating instead of refusing a long pair       test_a_dpo_pair_too_long_for_max_len_is_an_error_naming_it
     the DPO job step not continuing the serving adapter  test_the_dpo_step_continues_the_serving_adapter
@@ -35,7 +40,7 @@ import torch
 
 from trainer import ConfigError, Episode, GRPOConfig, GRPOLearner, Group, TrainingDataError, Turn, UpdateStats
 from trainer._tokens import episode_rows, token_logprobs
-from trainer.dpo import DPOConfig, train_dpo
+from trainer.dpo import DPOConfig, dpo_loss, train_dpo
 from trainer.grpo import LossTerms, _Row, advantages, grpo_loss
 
 CFG = GRPOConfig(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
@@ -69,6 +74,21 @@ def test_loss_value_by_hand__kills_sign_flip() -> None:
     assert grad.flatten().tolist() == pytest.approx([-2.0 / 3, -2.2 / 3, 0.0, 0.9 / 3, 0.0, 0.0], abs=1e-6)
 
 
+def test_dpo_loss_by_hand__kills_sign_flip_and_unscaled_nll() -> None:
+    """Mutants: the margin's sign flipped, either reference term left out, beta not applied, the chosen NLL
+    summed over its tokens instead of averaged, nll_weight ignored, a sum over pairs instead of the mean."""
+    t = torch.tensor
+    pol_c, pol_r, ref_c, ref_r = t([-4.0, -9.0]), t([-6.0, -5.0]), t([-5.0, -8.0]), t([-5.5, -7.0])
+    n_c = t([2, 3])
+    cfg = DPOConfig(beta=0.5, nll_weight=0.25)
+    # margins: (-4+5) - (-6+5.5) = 1.5 and (-9+8) - (-5+7) = -3; NLLs: 4/2 = 2 and 9/3 = 3.
+    want = [-math.log(1 / (1 + math.exp(-0.5 * m))) + 0.25 * nll for m, nll in ((1.5, 2.0), (-3.0, 3.0))]
+    assert dpo_loss(pol_c, pol_r, ref_c, ref_r, n_c, cfg).item() == pytest.approx(sum(want) / 2, abs=1e-6)
+    # A zero token count is clamped to one (the NLL is then the sum, 4), not a division by zero or by two.
+    want[0] += 0.25 * (4.0 - 2.0)
+    assert dpo_loss(pol_c, pol_r, ref_c, ref_r, t([0, 3]), cfg).item() == pytest.approx(sum(want) / 2, abs=1e-6)
+
+
 def test_kl_term_is_in_the_loss__kills_missing_kl() -> None:
     """Mutant: the k3 estimate is measured (`kl`) but not added to the loss."""
     cfg = GRPOConfig(kl_beta=0.5)
@@ -76,6 +96,10 @@ def test_kl_term_is_in_the_loss__kills_missing_kl() -> None:
     k3 = math.exp(0.5) - 0.5 - 1  # d = log ref - log pi = 0.5 on both tokens
     assert terms.kl == pytest.approx(k3, abs=1e-6)
     assert terms.loss.item() == pytest.approx(-1.0 + 0.5 * k3, abs=1e-6)
+    # log pi != 0 and a masked position: the estimate is of log ref - log pi (not +), over the mask only.
+    off_one, _ = _loss([[1.1, 0.9, None]], [1.0], cfg, ref_minus_logp=0.5)
+    assert off_one.kl == pytest.approx(k3, abs=1e-6)
+    assert off_one.loss.item() == pytest.approx((-1.1 - 0.9) / 2 + 0.5 * k3, abs=1e-6)
     no_kl, _ = _loss([[1.0, 1.0]], [1.0], GRPOConfig(kl_beta=0.0), ref_minus_logp=0.5)
     assert no_kl.kl is None and no_kl.loss.item() == pytest.approx(-1.0, abs=1e-6)
 
@@ -111,6 +135,8 @@ def test_dual_clip_bounds_a_negative_advantage__kills_missing_dual_clip() -> Non
     # A positive advantage is bounded by the min already: the dual clip leaves it alone.
     pos, _ = _loss([[10.0]], [1.0])
     assert pos.loss.item() == pytest.approx(-1.28) and pos.dual_clip_frac == 0.0
+    small, _ = _loss([[10.0]], [0.5])  # 0 < A < 1: c·A = 1.5 is above min(5, 0.64), and still not taken
+    assert small.loss.item() == pytest.approx(-0.64) and small.dual_clip_frac == 0.0
     off, off_grad = _loss([[10.0]], [-1.0], GRPOConfig(dual_clip=0))
     assert off.loss.item() == pytest.approx(10.0) and off_grad.item() == pytest.approx(10.0)  # 0 turns it off
 

@@ -147,6 +147,16 @@ def _both(model: Any, pairs: list[Pair], pad_id: int) -> tuple[torch.Tensor, tor
     return lp[:b], lp[b:], n[:b]
 
 
+def dpo_loss(pol_c: torch.Tensor, pol_r: torch.Tensor, ref_c: torch.Tensor, ref_r: torch.Tensor, n_c: torch.Tensor,
+             config: DPOConfig) -> torch.Tensor:
+    """The minibatch's loss: mean over pairs of -log sigmoid(beta * margin) + nll_weight * NLL(chosen), where
+    margin = (log pi(c) - log ref(c)) - (log pi(r) - log ref(r)) on the sequence logprobs (B,) and the NLL is the
+    chosen reply's per-token mean (its sum over `n_c` labeled tokens)."""
+    margin = (pol_c - ref_c) - (pol_r - ref_r)  # (B,)
+    nll = -pol_c / n_c.clamp(min=1)  # (B,)
+    return (-F.logsigmoid(config.beta * margin) + config.nll_weight * nll).mean()  # ()
+
+
 def train_dpo(
     base_model_dir: Path,
     data: Path,
@@ -181,9 +191,7 @@ def train_dpo(
     recent: list[float] = []
     for step, idx in enumerate(minibatches(len(pairs), config.batch_size, config.steps, config.seed)):
         pol_c, pol_r, n_c = _both(model, [pairs[i] for i in idx], pad)  # (B,) each
-        margin = (pol_c - ref_c[idx]) - (pol_r - ref_r[idx])  # (B,)
-        nll = -pol_c / n_c.clamp(min=1)  # (B,)
-        loss = (-F.logsigmoid(config.beta * margin) + config.nll_weight * nll).mean()  # ()
+        loss = dpo_loss(pol_c, pol_r, ref_c[idx], ref_r[idx], n_c, config)  # ()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
