@@ -17,8 +17,16 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# Docker sandboxes when an engine with the sandbox image answers; else the local backend, asked for explicitly
+# (`--sandbox local --unsafe`: the library never falls back on its own, since a local sandbox sees this machine).
 demo: install
-	$(VENV)/bin/looplift demo
+	@if $(PY) -c "import sandboxes, sys; sys.exit(sandboxes.detect_backend() != 'docker')" 2>/dev/null; then \
+	  $(VENV)/bin/looplift demo; \
+	else \
+	  echo "make demo: no Docker engine with the sandbox image answers (scripts/setup_docker.sh sets one up);" \
+	       "running on the local sandbox backend (--sandbox local --unsafe)"; \
+	  $(VENV)/bin/looplift demo --sandbox local --unsafe; \
+	fi
 
 up: install
 	$(VENV)/bin/looplift up

@@ -2,8 +2,10 @@
 
 It is an ordinary `sdk.EvalSuite` — nothing in the trainer knows about arithmetic — passed as
 `--eval envs:arithmetic_suite` (a zero-argument call gives the 100-task held-out set). The
-environment needs sandboxes: give it a `pool`, or it starts its own on the first episode (Docker when
-an engine answers, else local) and closes it at interpreter exit or on `suite.env_factory.close()`.
+environment needs sandboxes: give it a `pool`, or it starts its own on the first episode and closes it
+at interpreter exit or on `suite.env_factory.close()`. That pool is Docker, never a silent fallback to
+the local backend, which sees the host (a gate must not be passable by reading the host's files):
+`backend="local"`, or `$LOOPLIFT_SANDBOX=local` with `$LOOPLIFT_SANDBOX_UNSAFE=1`, asks for it (`_pools`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import atexit
 import threading
 from typing import TYPE_CHECKING, Optional
 
-from sandboxes import make_pool
 from sdk import Budget, EnvFamily, EvalSuite, Sampling, Task
 
 from ._arithmetic import ARITHMETIC_POLICIES, ArithmeticEnv, ArithmeticVerifier, held_out_tasks, training_tasks
-from ._pools import family_backend, family_pool_size
+from ._pools import family_backend, family_pool_size, start_family_pool
+
+from sandboxes import SandboxConfig
 
 if TYPE_CHECKING:
     from sandboxes import SandboxPool
@@ -37,7 +40,7 @@ class _PooledEnvs:
     def __call__(self) -> ArithmeticEnv:
         with self._lock:
             if self._pool is None:
-                self._pool = make_pool(self._backend, size=family_pool_size(self._size))
+                self._pool = start_family_pool(self._backend, SandboxConfig(), family_pool_size(self._size))
                 atexit.register(self.close)
         return ArithmeticEnv(pool=self._pool)
 
@@ -52,7 +55,8 @@ class _PooledEnvs:
 def arithmetic_suite(n: int = 100, *, pool: "Optional[SandboxPool]" = None,
                      backend: Optional[str] = None) -> EvalSuite:
     """The demo task's first `n` held-out problems (never trained on) as an eval suite."""
-    return EvalSuite(name=f"arithmetic-held-out-{n}", tasks=held_out_tasks(n), env_factory=_PooledEnvs(pool, backend),
+    env_factory = _PooledEnvs(pool, family_backend(backend) if pool is None else None)
+    return EvalSuite(name=f"arithmetic-held-out-{n}", tasks=held_out_tasks(n), env_factory=env_factory,
                      verifier=ArithmeticVerifier(), budget=BUDGET, sampling=SAMPLING)
 
 
@@ -67,7 +71,7 @@ def _tasks(split: str, n: Optional[int], seed: int) -> list[Task]:
 def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None) -> EnvFamily:
     """The demo task as an `sdk.EnvFamily` (the demo's eval suite's budget, sampling and sandbox pool, made on
     first use; `backend` and `pool_size` default to `$LOOPLIFT_SANDBOX` / `$LOOPLIFT_SANDBOX_POOL`, then
-    detection and 2)."""
+    Docker (no fallback) and 2)."""
     factory = _PooledEnvs(None, family_backend(backend), pool_size)
     return EnvFamily(
         name="arithmetic",

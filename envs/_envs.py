@@ -505,13 +505,20 @@ class ShellEnv:
         its state file) and the working directory."""
         sb = self._sandbox()
         assert self._task is not None
-        return EnvSnapshot(self._task, sb.snapshot(), {"cwd": self._cwd, "shell": self._shell})
+        return EnvSnapshot(self._task, sb.snapshot(),
+                           {"cwd": self._cwd, "shell": self._shell, "workdir": sb.workdir_path})
 
     def restore(self, snapshot: EnvSnapshot) -> None:
-        """Continue the session of `snapshot` in a sandbox from this environment's source."""
+        """Continue the session of `snapshot` in a sandbox from this environment's source. A working directory
+        inside the old sandbox's workdir moves to the same place in the new one (local sandboxes' workdirs differ,
+        and one sandbox never sees another's)."""
         self.reset(snapshot.task)
-        self._sandbox().restore(snapshot.workdir)
-        self._cwd = str(snapshot.state.get("cwd") or "")
+        sb = self._sandbox()
+        sb.restore(snapshot.workdir)
+        cwd, old = str(snapshot.state.get("cwd") or ""), str(snapshot.state.get("workdir") or "")
+        if old and (cwd == old or cwd.startswith(old.rstrip("/") + "/")):
+            cwd = sb.workdir_path + cwd[len(old):]
+        self._cwd = cwd
         self._shell = snapshot.state.get("shell")
 
     def _saved_cwd(self, sb: Sandbox) -> str:

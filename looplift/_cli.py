@@ -377,7 +377,9 @@ def demo(
     held_out: int = typer.Option(100, min=10, help="Held-out tasks (never trained on)."),
     json_out: Path = typer.Option(Path("bench/results/demo.json"), help="Where to write the per-cycle JSON."),
     chart: Optional[Path] = typer.Option(None, help="PNG chart path (default: beside --json-out)."),
-    sandbox: Optional[str] = typer.Option(None, help="docker | local (default: Docker when an engine answers)."),
+    sandbox: Optional[str] = typer.Option(None, help="docker (default; never a fallback) | local (needs --unsafe)."),
+    unsafe: bool = typer.Option(False, "--unsafe", help="With --sandbox local: train and gate on the local backend, "
+                                                        "which sees this machine's files."),
     seed: int = typer.Option(0, help="Seed for the rollout tasks and sampling."),
     algo: str = typer.Option("sft", help="sft: rejection-sampling SFT per cycle | online-grpo: the cycle's "
                                          "rollouts spent on online GRPO updates (a new adapter version each). "
@@ -386,6 +388,12 @@ def demo(
     """Run the closed loop on the embedded default and show held-out success per cycle."""
     if sandbox not in (None, "docker", "local"):
         cli_fail(f"--sandbox must be docker or local, not {sandbox!r}", 2)
+    if sandbox == "local" and not unsafe:
+        cli_fail("refusing to train and gate on the local sandbox backend: it sees this machine's files (the checkout, "
+                 "installed packages and their data); start Docker (`scripts/setup_docker.sh`, then `looplift sandbox "
+                 "build-image`), or, knowing this, pass --sandbox local --unsafe", 2)
+    if unsafe and sandbox != "local":
+        cli_fail("--unsafe goes with --sandbox local", 2)
     if algo == "grpo":  # its old name: refused, not read as either, since `trainer run --algo grpo` is offline
         cli_fail("the demo's online GRPO is `--algo online-grpo` (rollouts during training); `--algo grpo` is "
                  "`trainer run --algo grpo`, offline GRPO on an export of stored trajectories", 2)
@@ -400,7 +408,8 @@ def demo(
         if episodes is None:
             episodes = 1024 if algo == "online-grpo" else 256
         result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
-                                     chart_out=chart, sandbox_backend=sandbox, seed=seed, algo=algo), console=console)
+                                     chart_out=chart, sandbox_backend=sandbox, unsafe=unsafe, seed=seed,
+                                     algo=algo), console=console)
     except Shutdown as s:
         cli_fail(f"interrupted by {s}; everything the demo started has exited", 128 + s.signum)
     except Exception as e:

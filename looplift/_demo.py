@@ -75,7 +75,10 @@ class DemoConfig:
     task_pool: int = 2000
     """GRPO: training tasks the pass-rate sampler draws from (by kind: how many digits a task has)."""
     sandbox_backend: Optional[str] = None
-    """"docker", "local" or None (Docker when an engine answers, else local)."""
+    """"docker" or None (both: Docker, never a fallback), or "local" with `unsafe` (the local backend sees the host,
+    so the rollouts and the gate could be passed by reading its files; `envs._pools`)."""
+    unsafe: bool = False
+    """Allow `sandbox_backend="local"` (`looplift demo --sandbox local --unsafe`)."""
     json_out: Path = Path("bench/results/demo.json")
     chart_out: Optional[Path] = None
     """Default: beside json_out, with a .png suffix."""
@@ -157,8 +160,10 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from collector import CollectorSettings
-    from sandboxes import detect_backend, make_pool
+    from sandboxes import EngineUnavailableError, SandboxStartError, make_pool
     from server import GatewaySettings
+
+    from ._env_cli import HOST_FIX, HOST_WARNING
 
     con = console or Console()
     t_start = time.monotonic()
@@ -168,8 +173,11 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
     state.mkdir(parents=True)
     model_dir = tiny_model(con, config.base)
 
-    backend = config.sandbox_backend or detect_backend()
-    con.print(f"sandboxes: [bold]{backend}[/bold]" + ("" if backend == "docker" else " (no Docker engine answered)"))
+    backend = config.sandbox_backend or "docker"  # never a silent fallback to the local backend: it sees the host
+    if backend == "local" and not config.unsafe:
+        raise SandboxStartError(f"refusing to train and gate on the local sandbox backend: it sees this machine's "
+                                f"files; {HOST_FIX}")
+    con.print(f"sandboxes: [bold]{backend}[/bold]" + ("" if backend == "docker" else f" [yellow]({HOST_WARNING})[/yellow]"))
     admin_token = secrets.token_urlsafe(24)
     db_url = f"sqlite:///{state / 'collector.db'}"
     stack_config = StackConfig(
@@ -177,7 +185,11 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
         collector=CollectorSettings(db_url=db_url), gateway_port=0, collector_port=0, vllm_log=state / "vllm.log")
     con.print("starting vLLM (CPU build; ~40 s) ...")
     # Every part is a context manager: whatever ends the demo (an error, SIGTERM, Ctrl-C), each is stopped.
-    with make_pool(backend, size=4) as pool, Stack(stack_config) as stack, \
+    try:
+        first_pool = make_pool(backend, size=4)
+    except EngineUnavailableError as e:
+        raise EngineUnavailableError(f"{e}; the demo never falls back to the local backend: {HOST_FIX}") from e
+    with first_pool as pool, Stack(stack_config) as stack, \
             sdk.CollectorClient(stack.collector.url, spool_dir=state / "spool") as client:
         con.print(f"gateway {stack.gateway.url}  collector {stack.collector.url}  state {state}")
         loop = _Loop(config, progress, stack.gateway.url, admin_token, db_url, model_dir, state, pool, client)

@@ -2,16 +2,22 @@
 
     looplift env list [--json]
     looplift env try NAME --policy oracle|noop|cheat|cheat-X|PKG.MODULE:ATTR [--episodes N]
-                     [--split held_out|train] [--seed S] [--concurrency C] [--sandbox docker|local]
+                     [--split held_out|train] [--seed S] [--concurrency C] [--sandbox docker|local [--unsafe]]
                      [--out FILE.jsonl] [--json]
 
 `try` runs N episodes of the family's tasks through the ordinary loop (`sdk.arun` with `policy=`:
 the same tools, budget and verifier a model would get) and prints
 `{"env", "policy", "episodes", "success_rate", "mean_reward"}`. `--policy cheat` runs every cheat of
-the family on the same tasks and adds `"by_policy"` (one entry per cheat; each must be 0).
-`PKG.MODULE:ATTR` names any policy (`sdk.Policy`: `(task, messages) -> Message | str`).
-`--out` writes the trajectories as JSON lines. Bad input (an unknown family, policy or split) is a
-one-line error that lists the valid names, exit code 2.
+the family on the same tasks, adds `"by_policy"` (one entry per cheat) and exits 1 when any cheat
+scored above 0 (a hole in the verifier). `PKG.MODULE:ATTR` names any policy (`sdk.Policy`:
+`(task, messages) -> Message | str`). `--out` writes the trajectories as JSON lines. Bad input (an
+unknown family, policy or split) is a one-line error that lists the valid names, exit code 2.
+
+Sandboxes. The family's own reference policies (oracle, noop, cheats) may run on the local backend
+(`--sandbox local`, or when no Docker engine answers), with a warning: the local backend sees this
+machine's files. A policy named by PKG.MODULE:ATTR (a model, or anyone's code) never does unless
+asked with `--sandbox local --unsafe`; without Docker it is an error that says how to get Docker
+(`envs._pools`: the same rule the families apply to training and gates).
 """
 
 from __future__ import annotations
@@ -33,9 +39,19 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Task families: list them, try one with a reference policy (no model needed).",
                   no_args_is_help=True, add_completion=False)
 _out = Console()
+_err = Console(stderr=True)
 
 #: `cli_fail`'s code for bad input (an unknown family, policy or split), as documented above.
 _BAD_INPUT = 2
+#: The exit code when a cheat scored above 0.
+_CHEAT_SCORED = 1
+#: What the families' pools read (envs._pools: BACKEND_ENV is public; UNSAFE_ENV lets `local` through).
+UNSAFE_ENV = "LOOPLIFT_SANDBOX_UNSAFE"
+#: How to get a sandbox that does not see the host, or to opt out knowingly (`looplift env try`, `looplift demo`).
+HOST_FIX = ("start Docker (`scripts/setup_docker.sh`, then `looplift sandbox build-image`), or, knowing that model "
+            "code then sees this machine's files, pass --sandbox local --unsafe")
+HOST_WARNING = ("the local sandbox backend runs model code on this host: it can read this machine's files (the "
+                "checkout, installed packages and their data), so a score there can be earned by reading them")
 
 
 def _families() -> dict[str, Callable[[], EnvFamily]]:
@@ -111,6 +127,8 @@ def try_cmd(
     seed: int = typer.Option(0, "--seed", help="Which tasks are drawn."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="Episodes at once (also the sandbox pool size)."),
     sandbox: Optional[str] = typer.Option(None, "--sandbox", help="docker | local (default: Docker when it answers)."),
+    unsafe: bool = typer.Option(False, "--unsafe", help="With --sandbox local: run a PKG.MODULE:ATTR policy on the "
+                                                        "local backend, which sees this machine's files."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the trajectories here as JSON lines."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -122,8 +140,10 @@ def try_cmd(
         cli_fail(f"unknown split {split!r}; use one of: held_out, train", _BAD_INPUT)
     if sandbox not in (None, "docker", "local"):
         cli_fail(f"--sandbox must be docker or local, not {sandbox!r}", _BAD_INPUT)
-    if sandbox:
-        os.environ["LOOPLIFT_SANDBOX"] = sandbox  # read by the families' pools (envs.BACKEND_ENV)
+    if unsafe and sandbox != "local":
+        cli_fail("--unsafe goes with --sandbox local (it lets model code run on the local backend)", _BAD_INPUT)
+    trusted = policy == "cheat" or ":" not in policy  # the family's own policies, not someone's code
+    _choose_sandbox(sandbox, unsafe, trusted)
     os.environ.setdefault("LOOPLIFT_SANDBOX_POOL", str(concurrency))  # a sandbox for each concurrent episode
     import sdk
 
@@ -154,11 +174,43 @@ def try_cmd(
         atomic_write(out, "".join(t.model_dump_json() + "\n" for t in everything))
     if as_json:
         print(json.dumps(result))
-        return
-    from rich.table import Table
+    else:
+        from rich.table import Table
 
-    table = Table("env", "policy", "episodes", "success rate", "mean reward", title=f"{name} ({split})")
-    for p, trajs in runs.items():
-        s = _summary(trajs)
-        table.add_row(name, p, str(s["episodes"]), f"{s['success_rate']:.1%}", f"{s['mean_reward']:.3f}")
-    print_table(_out, table)
+        table = Table("env", "policy", "episodes", "success rate", "mean reward", title=f"{name} ({split})")
+        for p, trajs in runs.items():
+            s = _summary(trajs)
+            table.add_row(name, p, str(s["episodes"]), f"{s['success_rate']:.1%}", f"{s['mean_reward']:.3f}")
+        print_table(_out, table)
+    scored = {p: s for p, s in result.get("by_policy", {}).items() if s["mean_reward"] > 0 or s["success_rate"] > 0}
+    if scored:
+        cli_fail(f"{len(scored)} of {len(runs)} cheats of {name} scored above 0 (each must score 0): "
+                 + ", ".join(f"{p} mean reward {s['mean_reward']}, success {s['success_rate']:.0%}"
+                             for p, s in scored.items()), _CHEAT_SCORED)
+
+
+def _choose_sandbox(sandbox: Optional[str], unsafe: bool, trusted: bool) -> None:
+    """Tell the families' pools which backend to use (`$LOOPLIFT_SANDBOX`, `$LOOPLIFT_SANDBOX_UNSAFE`), or exit.
+
+    Docker when asked or when it answers. The local backend sees this machine's files, so: for the family's
+    own policies (`trusted`) it is used when asked or when Docker does not answer, with a warning; for a
+    PKG.MODULE:ATTR policy only with `--sandbox local --unsafe`, and never as a fallback.
+    """
+    from envs import BACKEND_ENV
+
+    if sandbox == "local" and not (unsafe or trusted):
+        cli_fail("refusing to run a PKG.MODULE:ATTR policy on the local sandbox backend: it sees this machine's "
+                 f"files (the checkout, installed packages and their data); {HOST_FIX}", _BAD_INPUT)
+    if sandbox is None and trusted and os.environ.get(BACKEND_ENV) is None:
+        from sandboxes import choose_backend
+
+        choice = choose_backend(None)
+        if choice.backend == "local":
+            _err.print(f"[yellow]no Docker sandbox ({choice.reason}): the family's reference policies run on the "
+                       "local backend[/yellow]")
+            sandbox = "local"
+    if sandbox:
+        os.environ[BACKEND_ENV] = sandbox  # read by the families' pools
+    if sandbox == "local":
+        os.environ[UNSAFE_ENV] = "1"  # asked for (or, for the family's own policies, accepted) above
+        _err.print(f"[yellow]warning: {HOST_WARNING}[/yellow]")

@@ -7,7 +7,9 @@ instead of the ~50-60 ms of engine work (exec create/start/inspect, runc setns) 
 
 Isolation, all set at container creation:
   * no network at all (`network_mode="none"`: only `lo`);
-  * read-only root filesystem; writable only the size-capped tmpfs workdir /work and a small /tmp;
+  * read-only root filesystem; writable only the size-capped tmpfs workdir /work, a small /tmp, and
+    Docker's /dev/shm and /dev/mqueue (a reset empties all four and the System V IPC objects, or the
+    container is replaced: see "Reset" in `_inner.py`);
   * commands run as uid/gid 65534 ("nobody") with no capabilities (an empty bounding set too), no
     supplementary groups, no-new-privileges, a new session, and no fd but 0-2;
   * cgroup limits: memory without swap, pids, CPU quota; a capped json-file log; no Docker socket;
@@ -425,8 +427,8 @@ class DockerSandbox(Sandbox):
         with self._lock:
             self._check_open()
             try:
-                if self._stream_open():
-                    self._request({"op": "reset"}, deadline=time.monotonic() + 10.0)
+                # ok is False when something a command wrote stayed (see `_inner.reset`): then a fresh container.
+                if self._stream_open() and self._request({"op": "reset"}, deadline=time.monotonic() + 10.0).get("ok"):
                     return
             except (SandboxBrokenError, TimeoutError):
                 pass

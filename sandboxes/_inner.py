@@ -20,6 +20,16 @@ and docker-init (pid 1), i.e. everything commands started. It runs after every c
 command started outlives it: no daemons, no orphans), at its timeout, and on `reset`; it needs no
 fork, so it works while a fork bomb holds every pid. Orphans' zombies are reaped by docker-init.
 
+Reset: every place a command can leave state goes back to empty, or the container is replaced. With a
+read-only root filesystem those places are (found with `find / -writable` and the rw mounts of
+/proc/self/mounts, as the sandbox user; `tests/test_sandboxes.py` repeats that search): the tmpfs
+mounts `SCRATCH` (/work, /tmp, and Docker's own /dev/shm and /dev/mqueue, POSIX shared memory and
+message queues), and the container's private IPC namespace (System V shared memory, semaphores and
+message queues: no file, listed in /proc/sysvipc). Processes die by `kill_all`. The masked /proc
+files (/proc/keys, /proc/timer_list) are /dev/null; keyrings are out of reach (Docker's seccomp
+profile refuses add_key/keyctl); the network namespace has only `lo`. A reset that leaves anything
+behind (`_leftovers`) answers `ok: false`, and the host replaces the container.
+
 Wire format. Requests on stdin: 4-byte big-endian length + JSON. Replies on stdout, each a frame of
 1 type byte + 4-byte big-endian length + payload: `o`/`e` a chunk of the command's stdout/stderr (at
 most `limit + 1` bytes of each stream are forwarded, so the host can tell truncation; the rest is read
@@ -42,7 +52,10 @@ from typing import Any, Callable, Dict
 
 UID = GID = 65534  # sandboxes._defaults.SANDBOX_UID (this file runs alone: no imports of ours)
 WORKDIR = "/work"
-SCRATCH = ("/work", "/tmp")
+#: Every writable place in the container (see "Reset" above); each is emptied by `reset`.
+SCRATCH = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")
+_SYSV = ("shm", "sem", "msg")
+_IPC_RMID = 0
 _OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 _PR_CAPBSET_DROP = 24
 _CHUNK = 1 << 16
@@ -92,6 +105,10 @@ def _fork() -> int:
 def _remove(path: str) -> None:
     try:
         if os.path.isdir(path) and not os.path.islink(path):
+            try:
+                os.chmod(path, 0o700)  # a dir its owner made unreadable (chmod 000) would otherwise stay
+            except OSError:
+                pass
             for name in os.listdir(path):
                 _remove(os.path.join(path, name))
             os.rmdir(path)
@@ -101,19 +118,60 @@ def _remove(path: str) -> None:
         pass  # already gone
 
 
-def reset() -> None:
-    """Kill everything commands started and empty the scratch dirs (as the sandbox user, in a child)."""
+def _sysv_ids(kind: str) -> list[int]:
+    """The ids of the System V IPC objects of `kind` ("shm", "sem", "msg") in this IPC namespace."""
+    try:
+        with open("/proc/sysvipc/" + kind) as f:
+            return [int(line.split()[1]) for line in f.read().splitlines()[1:] if line.strip()]
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def _remove_sysv() -> None:
+    for ident in _sysv_ids("shm"):
+        _libc.shmctl(ident, _IPC_RMID, None)
+    for ident in _sysv_ids("sem"):
+        _libc.semctl(ident, 0, _IPC_RMID)
+    for ident in _sysv_ids("msg"):
+        _libc.msgctl(ident, _IPC_RMID, None)
+
+
+def _leftovers() -> list[str]:
+    """What a reset did not remove: entries of the scratch dirs and System V IPC objects (empty when clean)."""
+    left = []
+    for root in SCRATCH:
+        try:
+            left += [os.path.join(root, name) for name in os.listdir(root)]
+        except FileNotFoundError:
+            continue  # an image without that mount
+        except OSError as e:
+            left.append("%s (%s)" % (root, e))
+    for kind in _SYSV:
+        left += ["sysv %s %d" % (kind, i) for i in _sysv_ids(kind)]
+    return left
+
+
+def reset() -> Dict[str, Any]:
+    """Kill everything commands started, then, as the sandbox user in a child, empty every writable place
+    (`SCRATCH`, System V IPC). `ok` is False when something stayed: the host then replaces the container."""
     kill_all()
     pid = _fork()
     if pid == 0:
         try:
             _become_sandbox_user()
             for root in SCRATCH:
-                for name in os.listdir(root):
+                try:
+                    names = os.listdir(root)
+                except OSError:
+                    continue
+                for name in names:
                     _remove(os.path.join(root, name))
+            _remove_sysv()
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+    left = _leftovers()
+    return {"ok": not left, "left": left[:20]}
 
 
 def _spawn(req: Dict[str, Any], out_w: int, err_w: int, in_r: int) -> int:
@@ -260,8 +318,7 @@ def main() -> None:
             if op == "exec":
                 result = run(req, send)
             elif op == "reset":
-                reset()
-                result = {"ok": True}
+                result = reset()
             elif op == "ping":
                 result = {"ok": True}
             else:

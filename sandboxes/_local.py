@@ -11,6 +11,19 @@ The fallback where no Docker engine answers (dev laptops, CI without Docker). Wh
     or is killed, the kernel kills everything it started) and a private /proc;
   * when running as root: the command runs as uid/gid 65534 via util-linux `setpriv`, without
     capabilities and with no-new-privileges.
+  * with that namespace (its `--mount-proc` makes a mount namespace too) and a new IPC namespace, each
+    command first gets, from a small `sh` run as (namespace) root before the user drop:
+      - the host hidden: an empty read-only tmpfs over /root, /home, the calling user's home,
+        $LOOPLIFT_HOME, the project checkout (the directory holding this package), the running
+        interpreter's prefix (a venv) and the site-packages/dist-packages of both it and the sandbox's
+        `python3` (`hidden_paths()`): installed packages and their data (e.g. HumanEval's reference
+        solutions) are not there to find. python3's standard library stays, and so does the rest of /
+        (/usr, /etc, /opt, /srv, ...: read-only to uid 65534 but readable);
+      - fresh, empty scratch: a new tmpfs over /tmp, /var/tmp, /dev/shm and /run/lock (the world-writable
+        places of a Debian host) and a new mqueue over /dev/mqueue, gone when the command ends, so nothing
+        but the workdir carries from one command, or one episode, to the next (the workdir, under /tmp, is
+        bound back in from the shell's working directory).
+    Without a mount namespace none of this applies (see LIMITATIONS).
 
 What it does not do is in `LIMITATIONS`; use the Docker backend for untrusted code in production.
 RLIMIT_NPROC is set only when commands run as uid 65534: the limit counts every process of the *user*,
@@ -25,6 +38,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -41,9 +55,13 @@ from .errors import SandboxStartError
 __all__ = ["LIMITATIONS", "LocalSandbox", "local_isolation"]
 
 LIMITATIONS = """\
-The local backend is NOT a security boundary. It does not isolate:
-- the filesystem: the command sees the host's files and can read whatever its user may read, and
-  write to world-writable places (/tmp, /dev/shm) outside its workdir;
+The local backend is NOT a security boundary; task families refuse it for training, gates and model
+policies unless asked (`--sandbox local --unsafe`). It does not isolate:
+- the filesystem: with a mount namespace, the homes, the checkout, the venv and site-packages are hidden
+  and /tmp, /var/tmp, /dev/shm, /run/lock are fresh per command, but the rest of the host's files (/usr,
+  /etc, /opt, /srv, other mounts) stays readable to the command's user, and any other place that user
+  may write keeps what it writes; without a mount namespace (no working `unshare`) the command sees
+  every file its user may read and writes to world-writable places outside its workdir;
 - the kernel: it shares the host kernel and all its syscalls (no seccomp filter);
 - memory as a whole: RLIMIT_AS caps each process's address space, not the sum of its children, and
   there is no OOM detection beyond Python's MemoryError in stderr;
@@ -72,6 +90,12 @@ class Isolation:
     drop_user: tuple[str, ...]
     #: Path of util-linux prlimit, or None (then rlimits are set in a preexec_fn).
     prlimit: str | None
+    #: Directories hidden under an empty tmpfs in each command's mount namespace (empty without one).
+    hidden: tuple[str, ...] = ()
+
+    @property
+    def mount_namespace(self) -> bool:
+        return "--mount-proc" in self.unshare
 
     @property
     def network_isolated(self) -> bool:
@@ -85,6 +109,7 @@ class Isolation:
         parts = [
             "no network (net namespace)" if self.network_isolated else "HOST NETWORK (unshare unavailable)",
             "pid namespace" if self.pid_namespace else "process group only",
+            f"host hidden ({len(self.hidden)} dirs), fresh /tmp" if self.mount_namespace else "HOST FILES VISIBLE",
             "runs as uid 65534" if self.drop_user else f"runs as uid {os.geteuid()}",
             "rlimits via prlimit" if self.prlimit else "rlimits via preexec_fn",
         ]
@@ -95,10 +120,29 @@ _isolation: Isolation | None = None
 _isolation_lock = threading.Lock()
 
 _UNSHARE_CANDIDATES: tuple[tuple[str, ...], ...] = (
-    ("--net", "--pid", "--fork", "--mount-proc", "--kill-child"),  # root
-    ("--user", "--map-root-user", "--net", "--pid", "--fork", "--mount-proc", "--kill-child"),  # userns
+    ("--net", "--ipc", "--pid", "--fork", "--mount-proc", "--kill-child"),  # root
+    ("--user", "--map-root-user", "--net", "--ipc", "--pid", "--fork", "--mount-proc", "--kill-child"),  # userns
     ("--user", "--map-root-user", "--net"),
 )
+#: World-writable places of a host that each command gets fresh and empty (a new tmpfs; /dev/mqueue a new mqueue).
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+#: The setup each command runs in its new mount namespace before the user drop: $1 the workdir, then the paths
+#: to hide up to "--", then the command. The shell starts in the workdir, so once a fresh tmpfs covers /tmp its
+#: cwd still is the real workdir, which `/proc/self/cwd` reaches; it is bound back at its own path (not
+#: canonicalized: mount(8) would turn the link into the path, which now names the empty tmpfs).
+_SETUP = r"""set -e
+w=$1; shift
+while [ "$1" != "--" ]; do mount -t tmpfs -o ro,nosuid,nodev,mode=755,size=4k looplift-hidden "$1"; shift; done
+shift
+for d in %(scratch)s; do
+  [ -d "$d" ] && [ ! -L "$d" ] && mount -t tmpfs -o nosuid,nodev,mode=1777,size=%(mb)dm looplift-scratch "$d"
+done
+[ -d /dev/mqueue ] && mount -t mqueue -o nosuid,nodev,noexec looplift-mqueue /dev/mqueue || true
+mkdir -p "$w"
+mount --no-canonicalize --bind /proc/self/cwd "$w"
+cd "$w"
+exec "$@"
+"""
 
 
 def _works(argv: list[str]) -> bool:
@@ -129,8 +173,55 @@ def local_isolation() -> Isolation:
             cand = (setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--")
             if _works([*unshare, *cand, true]):
                 drop = cand
-        _isolation = Isolation(unshare=unshare, drop_user=drop, prlimit=shutil.which("prlimit"))
+        hidden: tuple[str, ...] = ()
+        if "--mount-proc" in unshare:
+            hidden = hidden_paths()
+            # Only if the setup works here (mount(8) present, tmpfs allowed): else the namespaces alone.
+            probe = [*unshare, "sh", "-c", _SETUP % {"scratch": " ".join(SCRATCH), "mb": 1}, "sh", "/tmp", *hidden,
+                     "--", true]
+            if not shutil.which("mount") or not _works(probe):
+                hidden = ()
+                unshare = tuple(a for a in unshare if a != "--mount-proc")
+        _isolation = Isolation(unshare=unshare, drop_user=drop, prlimit=shutil.which("prlimit"), hidden=hidden)
         return _isolation
+
+
+def hidden_paths() -> tuple[str, ...]:
+    """The host directories each local command finds empty: homes, $LOOPLIFT_HOME, the checkout holding this
+    package, the running interpreter's prefix (a venv) and the site-packages of it and of the sandbox's python3.
+    A directory that holds the sandbox's python3 or its standard library, or the temp dir, is kept."""
+    import site
+    import sysconfig
+
+    pkg_root = Path(__file__).resolve().parents[1]  # the checkout, or site-packages when installed
+    candidates = ["/root", "/home", str(Path.home()), os.environ.get("LOOPLIFT_HOME") or "", str(pkg_root),
+                  *site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    if sys.prefix != sys.base_prefix:
+        candidates.append(sys.prefix)
+    keep = [tempfile.gettempdir()]
+    python3 = shutil.which("python3", path=_defaults.PATH)
+    if python3:
+        keep.append(python3)
+        try:
+            out = subprocess.run([python3, "-I", "-c", "import site, sysconfig; print(sysconfig.get_paths()['stdlib']);"
+                                  "print(*site.getsitepackages(), sep='\\n')"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.splitlines()
+            keep.append(out[0])
+            candidates += out[1:]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            pass
+    keep_real = [os.path.realpath(k) for k in keep]
+    out_paths: dict[str, None] = {}
+    for c in candidates:
+        real = os.path.realpath(c) if c else ""
+        if not real or real == "/" or not os.path.isdir(real):
+            continue
+        if any(k == real or k.startswith(real.rstrip("/") + "/") for k in keep_real):
+            continue  # would hide python3, its stdlib or the workdirs
+        out_paths.setdefault(real, None)
+    # A parent hides its children already; and mounting over a child after its parent would fail.
+    ordered = sorted(out_paths)
+    return tuple(p for p in ordered if not any(p.startswith(q.rstrip("/") + "/") for q in ordered if q != p))
 
 
 class LocalSandbox(Sandbox):
@@ -171,7 +262,11 @@ class LocalSandbox(Sandbox):
 
     def _argv(self, cmd: list[str], timeout: float) -> list[str]:
         iso = self.isolation
-        argv = [*iso.unshare, *iso.drop_user]
+        argv = list(iso.unshare)
+        if iso.mount_namespace:
+            setup = _SETUP % {"scratch": " ".join(SCRATCH), "mb": self.config.workdir_mb}
+            argv += ["sh", "-c", setup, "sh", str(self.workdir), *iso.hidden, "--"]
+        argv += iso.drop_user
         if iso.prlimit:
             argv += [iso.prlimit, *(f"--{k}={v}" for k, v in self._limits(timeout).items()), "--"]
         return argv + list(cmd)

@@ -245,6 +245,97 @@ def test_local_pool_reuses_and_resets() -> None:
             assert s.exec(["ls", "-A"]).stdout == ""  # ...but reset in between
 
 
+# -- episodes start clean: every writable place, not just the workdir ------------------------------
+
+#: Run as the sandbox user: find every place it can write (the rw mounts of /proc/self/mounts and writable dirs
+#: under them, a few levels deep, plus $HOME and $TMPDIR), leave a marker in each, and a System V shared
+#: memory segment and a POSIX message queue; print where it left them.
+_MARK = r"""
+import ctypes, json, os, sys
+tag = sys.argv[1]
+skip_fs = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "securityfs", "debugfs", "tracefs", "bpf", "pstore",
+           "configfs", "fusectl", "binfmt_misc", "autofs", "hugetlbfs"}
+roots = {os.environ.get("HOME", ""), os.environ.get("TMPDIR", ""), os.getcwd()}
+for line in open("/proc/self/mounts"):
+    _, mnt, fs, opts = line.split()[:4]
+    if fs not in skip_fs and "rw" in opts.split(",") and not mnt.startswith(("/proc", "/sys")):
+        roots.add(mnt.replace("\\040", " "))
+dirs = set()
+for root in sorted(r for r in roots if r and os.path.isdir(r)):
+    for d, subdirs, _ in os.walk(root):
+        if d.count("/") - root.count("/") >= 3 or d.startswith(("/proc", "/sys")):
+            subdirs[:] = []
+        if os.access(d, os.W_OK):
+            dirs.add(d)
+marked = []
+for d in sorted(dirs):
+    try:
+        with open(os.path.join(d, "marker-" + tag), "w") as f:
+            f.write(tag)
+        marked.append(d)
+    except OSError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+key = int(tag[:6], 16)
+marked.append("sysv-shm" if libc.shmget(key, 4096, 0o1600) >= 0 else "sysv-shm refused")
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+marked.append("mqueue" if libc.mq_open(("/marker-" + tag).encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
+              else "mqueue refused")
+print(json.dumps({"dirs": sorted(dirs), "marked": marked}))
+"""
+
+#: ... and look for them again: the markers still there, as paths or "sysv-shm"/"mqueue".
+_FIND = r"""
+import json, os, sys
+tag, dirs = sys.argv[1], json.loads(sys.argv[2])
+found = [d for d in dirs if os.path.exists(os.path.join(d, "marker-" + tag))]
+found += ["sysv-shm" for line in open("/proc/sysvipc/shm").read().splitlines()[1:] if line.split()[0] == str(int(tag[:6], 16))]
+found += ["mqueue" for n in (os.listdir("/dev/mqueue") if os.path.isdir("/dev/mqueue") else []) if tag in n]
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pooled_sandbox_comes_back_with_no_marker_anywhere(backend: str) -> None:
+    """Catches: a reset that empties /work and /tmp only, so that /dev/shm, /dev/mqueue, System V IPC, $HOME or
+    any other writable place carries one episode's files into the next (Docker: `_inner.SCRATCH` and
+    `_remove_sysv`; local: the per-command scratch tmpfs and IPC namespace of `_local._SETUP`)."""
+    if backend == "local" and not (local_isolation().mount_namespace and local_isolation().drop_user):
+        pytest.skip("the local backend starts clean only with a mount namespace and a separate uid (root + unshare)")
+    tag = os.urandom(8).hex()
+    with make_pool(backend, FAST, size=1) as pool:
+        with pool.acquire() as s:
+            first, container = s, getattr(s, "container_id", None)
+            r = s.exec(["python3", "-c", _MARK, tag])
+            assert r.ok, r
+            marks = json.loads(r.stdout)
+        assert pool.wait_ready(30)
+        with pool.acquire() as s:
+            assert s is first and getattr(s, "container_id", None) == container  # the same sandbox, not a new one
+            r = s.exec(["python3", "-c", _FIND, tag, json.dumps(marks["dirs"])])
+            assert r.ok, r
+            assert json.loads(r.stdout) == []
+    assert "sysv-shm" in marks["marked"] and "mqueue" in marks["marked"], marks
+    if backend == "docker":  # what the search found writable in the container: exactly the places reset empties
+        assert set(marks["dirs"]) == {"/work", "/tmp", "/dev/shm", "/dev/mqueue"}, marks
+
+
+@pytest.mark.skipif(not local_isolation().mount_namespace, reason="no mount namespace here: the local backend "
+                                                                    "cannot hide the host")
+def test_local_sandbox_does_not_see_the_checkout_or_site_packages() -> None:
+    """Catches: a local backend that shows the host's files (the adversary's `find` for HumanEval's reference
+    solutions in site-packages took 0.4 s): the checkout, the venv and the homes must be empty (or absent) in a
+    command, while python3's standard library still imports."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(sandboxes.__file__)))
+    site_dir = os.path.dirname(os.path.dirname(pytest.__file__))
+    with LocalSandbox(FAST) as s:
+        r = s.exec(["python3", "-c", "import os, sys; print([os.listdir(p) if os.path.isdir(p) else [] for p in sys.argv[1:]])",
+                    checkout, site_dir, os.path.expanduser("~")])
+        assert r.ok, r
+        assert r.stdout.strip() == "[[], [], []]"
+        assert s.run_python("import json, sqlite3, unittest; print('stdlib ok')").stdout.strip() == "stdlib ok"
+
+
 def test_pool_rejects_use_after_close() -> None:
     pool = make_pool("local", FAST, size=1)
     pool.close()
