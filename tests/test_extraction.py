@@ -7,6 +7,9 @@ full 200-report build and the policy table over all of it are `bench/extraction.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -258,6 +261,95 @@ def test_schema_violations_score_zero_and_say_why(planted, answer: object, needl
     assert "must be a JSON number" in grade(r, a).schema_errors[0]
 
 
+@pytest.mark.parametrize("value, shown", [
+    (10**309, "an integer of 310 digits"),  # too big for a float: math.isfinite raised OverflowError (env_error)
+    (10**300, "an integer of 301 digits"),  # fits a float, but sums of two overflow to inf, inf - inf is NaN
+    (float("inf"), "Infinity"),
+    (float("nan"), "NaN"),
+    (-1e16, "-1e+16"),
+])
+def test_out_of_range_numbers_are_a_bad_field_not_a_crash(planted, value: object, shown: str) -> None:  # type: ignore[no-untyped-def]
+    """Catches: `_is_number_or_null` converting an int to float (OverflowError for 10**309: the verifier crashed
+    into env_error), or accepting an inf/NaN/huge float that later breaks a relation's arithmetic."""
+    from envs._extraction._verify import grade_payload
+
+    r, a, y, _ = planted
+    a[f"revenue_{y}"] = value  # type: ignore[assignment]
+    g, _ = grade_payload(r, a)
+    assert g.score == 0.0 and not g.success
+    assert any(e.startswith(f"revenue_{y} is out of range ({shown}") and "finite number" in e for e in g.schema_errors)
+    text = '{"revenue_%s": 1e999}' % y  # as plain text: json.loads reads 1e999 as inf
+    g, _ = grade_payload(r, text)
+    assert g.score == 0.0 and any("out of range (Infinity)" in e for e in g.schema_errors)
+
+
+def test_huge_and_nested_answers_in_an_episode_are_told_back(fam: sdk.EnvFamily, sample: list[sdk.Task]) -> None:
+    """Catches: the environment raising on an answer it cannot parse or print (deeply nested JSON raising
+    RecursionError, a 10**309 field), which `sdk.run` records as an env_error instead of a rejected submission."""
+    deep = "[" * 100_000 + "]" * 100_000
+
+    def policy(task: sdk.Task, messages: list[sdk.Message]) -> sdk.Message:
+        n = sum(m.role == "assistant" for m in messages)
+        key = next(iter(task.data["schema"]["properties"]))
+        args = ['{"answer": ' + deep + "}", '{"answer": {"%s": %s}}' % (key, "9" * 400)]
+        return sdk.Message.model_validate({"role": "assistant", "tool_calls": [{"id": f"c{n}", "type": "function",
+                                           "function": {"name": "submit_answer", "arguments": args[min(n, 1)]}}]})
+
+    traj = _run(fam, sample[:1], policy)[0]
+    assert traj.outcome is not None and traj.outcome.error is None and traj.outcome.reward == 0.0
+    assert "not valid JSON" in traj.steps[0].observation and "rejected" in traj.steps[1].observation
+
+
+# -- the report id never spells the seed ------------------------------------------------------------------
+
+
+def _visible_text(traj: sdk.Trajectory) -> str:
+    """Everything the model is shown in an episode: every message (system, prompt, tool results, feedback)."""
+    return json.dumps([m.model_dump() for m in traj.messages])
+
+
+def test_nothing_the_agent_sees_contains_the_seed(fam: sdk.EnvFamily, sample: list[sdk.Task]) -> None:
+    """Catches: a report id built from the seed (`fin-<seed>`), or the seed printed in the prompt, a page, a
+    tool result or the feedback: the generator is public, so a program could rebuild the truth from it."""
+    for traj in _run(fam, sample[:2], fam.policies["oracle"]):
+        seed = next(t for t in sample if t.id == traj.task_id).data["seed"]
+        seen = _visible_text(traj) + json.dumps(ExtractionEnv().tools)
+        assert traj.outcome is not None and traj.outcome.success  # the oracle read every page and table
+        assert str(seed) not in seen
+        report_id = report(seed).report_id
+        assert report_id in seen and not any(c.isdigit() for c in report_id)
+
+
+_ID_OF = "from envs._extraction._tasks import report_id; print(report_id(10000007))"
+
+
+def test_the_report_id_is_keyed_per_install_and_stable_within_one(tmp_path: Path) -> None:
+    """Catches: an id that is any function of the seed alone (then two installs would agree on it, and anyone
+    could compute it), and an id that changes between processes of one install (the environment and the verifier,
+    or a rerun, would disagree)."""
+    def id_in(home: Path) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "LOOPLIFT_EXTRACTION_KEY"} | {"LOOPLIFT_HOME": str(home)}
+        return subprocess.run([sys.executable, "-c", _ID_OF], env=env, capture_output=True, text=True, timeout=60,
+                              check=True).stdout.strip()
+
+    a1, a2, b = id_in(tmp_path / "a"), id_in(tmp_path / "a"), id_in(tmp_path / "b")
+    assert a1 == a2 and a1 != b and a1.startswith("fin-") and len(a1) == 16
+    assert "10000007" not in a1 + b and not any(c.isdigit() for c in a1 + b)
+
+
+def test_rebuilding_the_truth_from_the_report_id_scores_zero(fam: sdk.EnvFamily, sample: list[sdk.Task]) -> None:
+    """Catches: `report_id` going back to `fin-<seed>`: then `cheat-rebuild-from-id` (a program reading only the
+    prompt) regenerates the ground truth and scores 1.0."""
+    from envs._extraction import _tasks
+
+    trajs = _run(fam, sample[:1], fam.policies["cheat-rebuild-from-id"])
+    assert trajs[0].outcome is not None and trajs[0].outcome.reward == 0.0
+    seed = sample[0].data["seed"]
+    leaky = _tasks.make_task(seed, "held_out").model_copy(
+        update={"prompt": sample[0].prompt.replace(report(seed).report_id, f"fin-{seed}")})
+    assert _run(fam, [leaky], fam.policies["cheat-rebuild-from-id"])[0].outcome.reward == 1.0  # type: ignore[union-attr]
+
+
 # -- episodes ------------------------------------------------------------------------------------------------
 
 
@@ -293,7 +385,7 @@ def test_policy_figures_on_the_held_out_sample(fam: sdk.EnvFamily, sample: list[
     assert figures["oracle"] == (1.0, float(SAMPLE))
     assert figures["noop"] == (0.0, 0.0)
     assert {n: f for n, f in figures.items() if n.startswith("cheat-") and f != (0.0, 0.0)} == {}
-    assert len(fam.cheats()) >= 5
+    assert {"cheat-huge-number", "cheat-rebuild-from-id"} <= set(fam.cheats()) and len(fam.cheats()) >= 7
 
 
 def test_the_oracle_goes_through_the_tools(fam: sdk.EnvFamily, sample: list[sdk.Task]) -> None:

@@ -56,7 +56,10 @@ SPLITS AND CACHE
 
 POLICIES (`_policies`)
     oracle (reads every page and table through the tools, computes the answer, 3 turns), noop, and
-    the cheats cheat-zeros, cheat-first-number, cheat-schema-example, cheat-every-number, cheat-inject.
+    the cheats cheat-zeros, cheat-first-number, cheat-schema-example, cheat-every-number, cheat-inject,
+    cheat-huge-number (10**309, 1e999, NaN: rejected as bad fields, never a verifier crash) and
+    cheat-rebuild-from-id (regenerates the truth from the report id the prompt shows; 0 because the id
+    is keyed with this install's secret, `_tasks.report_id`, and never spells the seed).
 
 Not done: scanned/OCR documents, multi-column layouts, charts, several currencies in one report,
 net losses; a prober that uses the feedback's "figure for fiscal N-1" hints is bounded only by the

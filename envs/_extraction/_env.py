@@ -73,7 +73,7 @@ class ExtractionEnv:
                                  {"tool": name, "format_error": True})
         try:
             args = json.loads(call.function.arguments or "{}")
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
             return self._result(f"the arguments of {name} are not valid JSON ({e}); e.g. "
                                 f"{json.dumps(_example_args(name))}", {"tool": name, "format_error": True})
         if not isinstance(args, dict):
@@ -107,8 +107,7 @@ class ExtractionEnv:
         self._submissions += 1
         g, answer = grade_payload(self._report, payload)
         # What the verifier re-grades: the canonical answer, or the raw payload (cut) when it was rejected.
-        stored = json.dumps(answer, sort_keys=True) if answer is not None else \
-            (payload if isinstance(payload, str) else json.dumps(payload, default=str))[: MAX_ANSWER_BYTES + 64]
+        stored = json.dumps(answer, sort_keys=True) if answer is not None else _raw(payload)
         self._score = g.score
         self._over = g.success or self._submissions >= self._max_submissions
         info = {"tool": "submit_answer", "submission": stored, "submission_index": self._submissions,
@@ -122,6 +121,16 @@ class ExtractionEnv:
     def close(self) -> None:
         """Nothing to release (the report cache stays); forget the episode."""
         self._report, self._doc = None, None
+
+
+def _raw(payload: Any) -> str:
+    """A rejected payload as the verifier re-grades it: its text, cut (JSON that cannot be written is kept as
+    its type, which the verifier rejects the same way)."""
+    try:
+        text = payload if isinstance(payload, str) else json.dumps(payload, default=str)
+    except (ValueError, RecursionError):
+        text = type(payload).__name__
+    return text[: MAX_ANSWER_BYTES + 64]
 
 
 def _example_args(name: str) -> dict[str, Any]:

@@ -12,7 +12,12 @@ Cheats, each of which must score 0:
     cheat-first-number   the first number on page 1, for every field;
     cheat-schema-example the placeholder example published with the task;
     cheat-every-number   one huge object: every number in the report, for every field and more keys;
-    cheat-inject         strings telling the verifier to mark everything correct.
+    cheat-inject         strings telling the verifier to mark everything correct;
+    cheat-huge-number    values no float holds or no report has: 10**309, then 1e999 as text, then NaN (each must be
+                         rejected as a bad value, never crash the verifier into an env_error);
+    cheat-rebuild-from-id  a program, not a model: reads the report id in the prompt, takes it for the seed and
+                         regenerates the ground truth with the (public) generator. Scores 0 only because the id is
+                         keyed (`_tasks.report_id`); with `fin-<seed>` it scored 1.0.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, Optional
 from sdk import Message, Task
 
 from . import _vocab
+from ._truth import generate
 
 _NUMBER = re.compile(r"\(?-?\d[\d,]*(?:\.\d+)?\)?")
 _CAPTION = re.compile(r"^\((?:in|amounts in)\b.*\b(thousands|millions)\b", re.MULTILINE)
@@ -258,6 +264,32 @@ def cheat_inject(task: Task, messages: list[Message]) -> Message | str:
     return _submit(messages, {k: _INJECTION for k in _keys(task)} | {"verdict": "all fields correct"})
 
 
+def cheat_huge_number(task: Task, messages: list[Message]) -> Message | str:
+    """Values out of every range, one kind per submission: an int too big for a float, 1e999 (inf) written as
+    plain text, NaN."""
+    n = sum(1 for name, _, _ in _history(messages) if name == "submit_answer") + \
+        sum(1 for m in messages if m.role == "assistant" and (m.content or "").startswith("submit "))
+    keys = _keys(task)
+    if n == 1:  # as a plain-text action: json.loads reads 1e999 as inf
+        return "submit {" + ", ".join(f'"{k}": 1e999' for k in keys) + "}"
+    return _submit(messages, {k: 10**309 if n == 0 else float("nan") for k in keys})
+
+
+_REPORT_ID = re.compile(r"\(report ([^)\s]+)\)")
+
+
+def cheat_rebuild_from_id(task: Task, messages: list[Message]) -> Message | str:
+    """Take the seed from the report id the prompt shows (as a program could) and submit the regenerated truth.
+    Sees only the messages, like a model: never `task.data["seed"]`."""
+    first = next(m.content or "" for m in messages if m.role == "user")
+    found = _REPORT_ID.search(first)
+    digits = re.sub(r"\D", "", found.group(1)) if found else ""
+    if not digits:
+        return _submit(messages, {k: None for k in _keys(task)})  # nothing to rebuild from
+    truth = generate(int(digits), found.group(1) if found else "").truth
+    return _submit(messages, {k: truth.get(k) for k in _keys(task)})
+
+
 POLICIES: dict[str, Any] = {
     "oracle": oracle,
     "noop": noop,
@@ -266,6 +298,8 @@ POLICIES: dict[str, Any] = {
     "cheat-schema-example": cheat_schema_example,
     "cheat-every-number": cheat_every_number,
     "cheat-inject": cheat_inject,
+    "cheat-huge-number": cheat_huge_number,
+    "cheat-rebuild-from-id": cheat_rebuild_from_id,
 }
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Optional
 from sdk import looplift_home
 from sdk.infra import atomic_dir
 
-from ._tasks import report, report_id
+from ._tasks import report
 from ._truth import GENERATOR_VERSION
 
 INDEX_VERSION = 1
@@ -48,13 +48,13 @@ def extract(pdf: bytes) -> dict[str, Any]:
 
 def build(seed: int, home: Optional[Path] = None) -> Path:
     """The directory of report `seed`, built first if it is not cached yet."""
-    out = cache_root(home) / report_id(seed)
+    out = cache_root(home) / f"fin-{seed}"  # the host's cache: named by seed (the agent never sees this path)
     if (out / "index.json").is_file():
         return out
     from ._pdf import render  # reportlab: imported when a report is built, not when the family loads
 
     pdf = render(report(seed))
-    index = extract(pdf) | {"report_id": report_id(seed), "seed": seed}
+    index = extract(pdf) | {"seed": seed}
     with atomic_dir(out, replace=False) as tmp:
         (tmp / "report.pdf").write_bytes(pdf)
         (tmp / "index.json").write_text(json.dumps(index, ensure_ascii=False))

@@ -5,16 +5,27 @@ seeds are drawn below `HELD_OUT_BASE`, so no training report is ever a held-out 
 its seed and the published answer schema (`data["schema"]`, a JSON Schema; `data["example"]` shows
 the shape with placeholder values that never equal a real figure); never the ground truth, which
 the environment and the verifier regenerate from the seed.
+
+The report id the prompt names is keyed, not the seed: `fin-` and 12 letters of an HMAC of the seed
+under this install's key (`$LOOPLIFT_EXTRACTION_KEY`, else `$LOOPLIFT_HOME/extraction.key`, made on
+first use). The generator is public and deterministic, so an id that spelled the seed would let a
+program (not a model) rebuild the ground truth from the prompt alone (`cheat-rebuild-from-id` tries).
+The id is stable within an install (the environment and the verifier agree, runs repeat) and has no
+digits at all, so it cannot spell any seed. The seed stays in `task.id` and `task.data`, which are the
+host's bookkeeping (the verifier needs it); the model is shown neither.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import json
 import random
 from typing import Any, Literal, Optional
 
 from sdk import Task
+from sdk.infra import ensure_secret
 
 from ._truth import EXAMPLE, GENERATOR_VERSION, Report, generate
 
@@ -22,6 +33,9 @@ HELD_OUT_BASE = 10_000_000
 HELD_OUT_SIZE = 200
 #: Submissions an episode allows: feedback after each, the last one is final.
 MAX_SUBMISSIONS = 3
+#: The key that makes report ids (see the module docstring): this variable, else this file under $LOOPLIFT_HOME.
+REPORT_KEY_ENV = "LOOPLIFT_EXTRACTION_KEY"
+REPORT_KEY_FILE = "extraction.key"
 
 @functools.lru_cache(maxsize=512)
 def report(seed: int) -> Report:
@@ -30,7 +44,11 @@ def report(seed: int) -> Report:
 
 
 def report_id(seed: int) -> str:
-    return f"fin-{seed}"
+    """The id the prompt shows for report `seed`: keyed with this install's secret, never derived from the seed
+    alone, and letters only (a-p), so it cannot contain the seed's digits."""
+    key = ensure_secret(REPORT_KEY_ENV, REPORT_KEY_FILE).encode()
+    digest = hmac.new(key, f"extraction-report-{seed}".encode(), hashlib.sha256).hexdigest()
+    return "fin-" + "".join(chr(ord("a") + int(c, 16)) for c in digest[:12])
 
 
 def report_for(task: Task) -> Report:

@@ -2,7 +2,8 @@
 
 The answer is one JSON object: every field of the task's schema as a JSON number (or null when not
 found), no other keys, at most `MAX_ANSWER_BYTES`. An answer that breaks the schema (not an object,
-unknown keys, strings, lists, NaN, too big) scores 0 and its feedback lists the violations only:
+unknown keys, strings, lists, NaN, infinities, numbers beyond `MAX_ABS_VALUE` such as 10**309 or 1e999,
+too big) scores 0 and its feedback lists the violations only:
 dumping every number of the report into the answer buys nothing, and nothing about the fields leaks.
 
 A valid answer scores the fraction of fields within tolerance (`_truth.tolerance`); success is all of
@@ -28,7 +29,6 @@ in the answer or in the document (prompt injection) cannot move it.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -40,6 +40,10 @@ from ._truth import Kind, Relation, Report, close
 
 #: Largest answer accepted, in bytes of its JSON: a complete answer is ~2 kB.
 MAX_ANSWER_BYTES = 16_000
+#: Largest magnitude a field may hold. No figure of a report comes near it (money is in thousands); anything
+#: larger is a bad value, refused before it reaches float arithmetic (10**309 does not fit a float, and
+#: 1e308 + 1e308 is inf, whose difference with itself is NaN).
+MAX_ABS_VALUE = 1e15
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,10 @@ def parse_answer(payload: Any) -> tuple[Optional[dict[str, Any]], list[str]]:
             return None, [f"the answer is not valid JSON ({e}); submit one JSON object with plain numbers"]
     if not isinstance(payload, dict):
         return None, [f"the answer must be a JSON object, got {type(payload).__name__}"]
-    size = len(json.dumps(payload, default=str))
+    try:
+        size = len(json.dumps(payload, default=str))
+    except (ValueError, RecursionError) as e:  # nested past the recursion limit, an int past str()'s digit limit
+        return None, [f"the answer cannot be read back as JSON ({type(e).__name__}); submit one flat JSON object"]
     if size > MAX_ANSWER_BYTES:
         return None, [f"the answer is {size:,} bytes; the limit is {MAX_ANSWER_BYTES:,}"]
     return payload, []
@@ -134,19 +141,31 @@ def _schema_errors(report: Report, answer: Mapping[str, Any]) -> list[str]:
         errors.append(f"unknown keys {shown}: use exactly the field names the task lists")
     bad = [k for k in keys if k in answer and not _is_number_or_null(answer[k])]
     for k in sorted(bad)[:8]:
-        errors.append(f"{k} must be a JSON number or null (no quotes, thousands separators, units or lists), got "
-                      f"{_short(answer[k])}")
+        v = answer[k]
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            errors.append(f"{k} is out of range ({_short(v)}): a field holds a finite number between "
+                          f"-{MAX_ABS_VALUE:.0e} and {MAX_ABS_VALUE:.0e}, or null")
+        else:
+            errors.append(f"{k} must be a JSON number or null (no quotes, thousands separators, units or lists), "
+                          f"got {_short(v)}")
     if len(bad) > 8:
         errors.append(f"... and {len(bad) - 8} more fields that are not numbers")
     return errors
 
 
 def _is_number_or_null(v: Any) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    # abs() and the comparison work on any int without converting it to float (math.isfinite(10**309) raises
+    # OverflowError); NaN compares False, so it is refused too.
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_ABS_VALUE)
 
 
 def _short(v: Any) -> str:
-    s = json.dumps(v, default=str)
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**30:
+        return f"an integer of {len(str(abs(v)))} digits" if abs(v) < 10**4000 else "an integer of over 4,000 digits"
+    try:
+        s = json.dumps(v, default=str)
+    except (ValueError, RecursionError):
+        s = f"a {type(v).__name__}"
     return s if len(s) <= 40 else s[:37] + "..."
 
 
