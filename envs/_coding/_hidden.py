@@ -23,9 +23,14 @@ timeout), crashes or garbles the protocol fails the test. The judge prints one l
 `LOOPLIFT-HIDDEN <nonce> <json>`, and the host accepts only that line with the nonce it sent, so text
 printed by anything else cannot pass for a verdict.
 
+What `test` holds is the caller's: the coding family grades on `_humaneval.hidden_test`, which shares
+no assert and no input with the task's visible file (HumanEval's asserts that no task shows, plus
+cases generated from the reference solution at build time), so answering the visible inputs from a
+table does not pass it.
+
 Deliberately not defended here: a candidate that *knows* the held-out tests (HumanEval is public; a
-model that memorised them can special-case inputs). The held-out split is by problem, so training
-never shows the hidden tests of a held-out problem.
+model that memorised them can special-case inputs; the generated cases are in the package's manifest).
+The held-out split is by problem, so training never shows the hidden tests of a held-out problem.
 """
 
 from __future__ import annotations

