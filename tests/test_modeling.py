@@ -20,10 +20,11 @@ from _resources import needs
 import sdk
 from envs import env_families
 from envs._modeling import CONFIG, KINDS, ModelingEnv, family, make_part, tasks
-from envs._modeling._blender import run_step, trusted_export
+from envs._modeling._blender import StepRun, build_models, run_step, trusted_export
 from envs._modeling._env import code_of_action, code_of_call
-from envs._modeling._mesh import MeshError, Spec, check_model, first_break, load_ply
-from envs._modeling._policies import POLICIES
+from envs._modeling._mesh import MeshError, Spec, check_model, first_break, grade_model, load_ply
+from envs._modeling._similarity import TOLERANCE, Solid
+from envs._modeling._policies import POLICIES, fitted_block
 from envs._modeling._rules import refusal
 from envs._modeling._tasks import task
 
@@ -143,15 +144,19 @@ def test_feedback_for_wrong_dimensions_and_wrong_counts() -> None:
     short = _box((50, 40, 5), (0, 0, 2.5))
     c = _by_name(check_model(load_ply(_ply(short.vertices, short.faces)), _plate_spec()))
     assert not c["x"].passed and c["y"].passed and c["z"].passed
-    assert c["x"].detail == "x from -25.00 to 25.00 (size 50.00); expected -30.00 to 30.00 (size 60.00) ± 0.12"
-    assert "volume 10,000.0, expected 12,000.0 ± 36.0" in c["volume"].detail
+    assert c["x"].detail == "x: the part is too narrow along x (it spans x = -25.00 to 25.00, 50.00 mm)"
+    assert c["volume"].detail.startswith("too little material (volume 10,000.0 mm³)")
+    shifted = _box((60, 40, 5), (0, 3, 4.5))
+    c = _by_name(check_model(load_ply(_ply(shifted.vertices, shifted.faces)), _plate_spec()))
+    assert c["y"].detail == "y: it sits too far toward +y (it spans y = -17.00 to 23.00, 40.00 mm)"
+    assert c["z"].detail.startswith("z: it sits too high")
     two = trimesh.util.concatenate([_box((20, 40, 5), (-20, 0, 2.5)), _box((20, 40, 5), (20, 0, 2.5))])
     c = _by_name(check_model(load_ply(_ply(two.vertices, two.faces)), _plate_spec(bodies=3)))
-    assert c["bodies"].detail == "2 separate bodies, expected 3"
+    assert c["bodies"].detail == "there are 2 separate bodies; the instruction asks for 3"
     ring = trimesh.creation.annulus(r_min=3, r_max=8, height=5, sections=64)
     c = _by_name(check_model(load_ply(_ply(ring.vertices, ring.faces)), _plate_spec(through_holes=4)))
-    assert c["through_holes"].detail == "1 through-hole (handles), expected 4"
-    assert not c["probe:center"].passed and "empty space at (0.00, 0.00, 2.50), expected material" in c["probe:center"].detail
+    assert c["through_holes"].detail == "there is 1 through-hole; the instruction asks for 4"
+    assert c["probe:center"].detail == "center: missing or misplaced (empty where the part has material)"
 
 
 @pytest.mark.parametrize("mutate, says", [
@@ -176,6 +181,121 @@ def test_out_of_range_indices_and_nan_coordinates_are_refused() -> None:
     with pytest.raises(MeshError, match="NaN"):
         load_ply(_ply(verts, box.faces))
     assert struct.calcsize("<f") == 4 and io  # the PLY layout the driver writes
+
+
+# -- feedback is not the grader; the grader compares the shape ----------------------------------------------
+
+
+def _wrong_box(spec: dict) -> object:  # type: ignore[type-arg]
+    """The adversary's first move: a deliberately wrong box (scaled and shifted by odd amounts), to read feedback."""
+    lo, hi = (np.array(v, dtype=float) for v in spec["bounds"])
+    size = (hi - lo) * 0.8137 + 0.4321
+    return _box(tuple(size), tuple((lo + hi) / 2 + np.array([1.1317, -0.7793, 0.5939])))
+
+
+def _rendered_feedback(spec: dict, mesh: object) -> str:  # type: ignore[type-arg]
+    """The observation `ModelingEnv` renders for a step that left `mesh` (no sandbox: the step's report is faked)."""
+    lo, hi = mesh.bounds  # type: ignore[attr-defined]
+    report = {"ok": True, "output": "", "object_count": 1, "model_parts": ["Part"], "triangles": 12, "objects": [
+        {"name": "Part", "type": "MESH", "in_model": True, "location": [round(float(v), 3) for v in (lo + hi) / 2],
+         "dimensions": [round(float(v), 3) for v in hi - lo], "modifiers": [], "triangles": 12, "open_edges": 0}]}
+    env = ModelingEnv(lambda: None)  # type: ignore[arg-type,return-value]
+    env._spec = Spec.from_data(spec)  # noqa: SLF001 - rendering only: no sandbox is acquired
+    ply = load_ply(_ply(mesh.vertices, mesh.faces))  # type: ignore[attr-defined]
+    return env._feedback(1, "wrong box", StepRun(report=report, mesh=ply, duration_s=0.0137)).observation  # noqa: SLF001
+
+
+def _grader_values(spec: dict) -> set[float]:  # type: ignore[type-arg]
+    """What the grader expects: bounds, sizes, volume, tolerances, probe coordinates (small integers left out:
+    feedback also counts steps, bodies and holes, and names hole 2 or cube 3)."""
+    lo, hi = spec["bounds"]
+    values = {*lo, *hi, *(h - v for v, h in zip(lo, hi)), spec["volume"], spec["volume_tol"], spec["bounds_tol"]}
+    values |= {c for p in spec["probes"] for c in p["point"]}
+    return {float(v) for v in values if not (float(v).is_integer() and abs(v) <= 12)}
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def test_feedback_on_a_wrong_part_quotes_no_value_of_the_grader() -> None:
+    """Catches feedback that prints the grader: expected bounds or sizes ("expected -30.00 to 30.00"), the
+    expected volume or its tolerance, a probe point's coordinates (in a check's text or its name), on any of the
+    68 held-out tasks; and a prompt that states the volume or its tolerance as numbers."""
+    for t in tasks("held_out"):
+        spec = t.data["spec"]
+        text = _rendered_feedback(spec, _wrong_box(spec))
+        assert "FAIL" in text, text
+        counted = re.sub(r"Checks: \d+ of \d+ pass", "", text)  # a count of checks, not a value
+        quoted = [float(n.replace(",", "")) for n in _NUMBER.findall(counted)]
+        leaked = sorted({v for v in _grader_values(spec) for q in quoted if abs(q - v) < 0.006})
+        assert not leaked, (t.id, leaked, text)
+        assert f"{spec['volume']:,.1f}" not in t.prompt and f"{spec['volume_tol']:,.1f}" not in t.prompt
+
+
+def test_feedback_says_what_is_wrong_in_the_tasks_terms() -> None:
+    """Catches feedback that says nothing useful once the numbers are gone: a plate without its hole is told
+    the hole is blocked and there is too much material, and a box too tall is told so."""
+    spec = task("plate_hole", 0).data["spec"]
+    lo, hi = spec["bounds"]
+    plate = _box(tuple(h - v for v, h in zip(lo, hi)), tuple((v + h) / 2 for v, h in zip(lo, hi)))
+    text = _rendered_feedback(spec, plate)
+    assert "FAIL hole: blocked or misplaced (material where the part is empty)" in text
+    assert "FAIL too much material" in text and "FAIL there are 0 through-holes; the instruction asks for 1" in text
+    tall = _box(tuple(h - v + (3 if i == 2 else 0) for i, (v, h) in enumerate(zip(lo, hi))),
+                tuple((v + h) / 2 + (1.5 if i == 2 else 0) for i, (v, h) in enumerate(zip(lo, hi))))
+    assert "FAIL z: the part is too tall along z" in _rendered_feedback(spec, tall)
+
+
+def _stepped_block(lo: list, hi: list, volume: float) -> object:  # type: ignore[type-arg]
+    """The adversary's fit (`fitted_block`, as cheat-fit-feedback types it in): exactly the bounds and the volume."""
+    box = (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2])
+    vertices, faces = fitted_block(lo, hi, volume / box)
+    return trimesh.Trimesh(vertices, faces, process=False)
+
+
+_FITTED_KINDS = ["sphere", "cylinder", "cone", "plate_hole", "pocket", "rounded_block", "stepped_block", "flange",
+                 "peg_row", "frame"]
+
+
+@pytest.mark.parametrize("kind", _FITTED_KINDS)
+def test_a_shape_fitted_to_the_checks_fails_the_shape_check(kind: str) -> None:
+    """Catches a grader without the similarity check (or with a tolerance too lax, or regions that miss a feature):
+    a box of the exact bounding box, and a stepped block with the exact bounds and volume, pass the extent (and
+    the block the volume) checks and fail `shape` on every seed of the held-out split."""
+    for seed in range(4):
+        spec = make_part(kind, seed).spec
+        lo, hi = spec["bounds"]
+        box = _box(tuple(h - v for v, h in zip(lo, hi)), tuple((v + h) / 2 for v, h in zip(lo, hi)))
+        for name, mesh in (("box", box), ("stepped block", _stepped_block(lo, hi, spec["volume"]))):
+            checks = _by_name(grade_model(load_ply(_ply(mesh.vertices, mesh.faces)), Spec.from_data(spec), seed=seed))
+            fitted = ["watertight", "x", "y", "z"] + (["volume"] if name == "stepped block" else [])
+            assert all(checks[c].passed for c in fitted), (kind, seed, name, [checks[c].detail for c in fitted])
+            assert not checks["shape"].passed, (kind, seed, name, checks["shape"].detail)
+
+
+def test_every_kinds_reference_solid_has_the_kinds_volume() -> None:
+    """Catches a reference solid that is not the part (a primitive misplaced, a cut missing, a wrong radius): its
+    volume, sampled on a fine grid, is the spec's exact volume within 1.5% for every kind."""
+    rng = np.random.default_rng(0)
+    for kind in KINDS:
+        spec = make_part(kind, 5).spec
+        solid = Solid.from_data(spec["solid"])
+        lo, hi = solid.bounds()
+        points = lo + rng.random((400_000, 3)) * (hi - lo)
+        volume = float(solid.contains(points).mean() * np.prod(hi - lo))
+        assert abs(volume - spec["volume"]) <= 0.015 * spec["volume"], (kind, volume, spec["volume"])
+        assert spec["solid"]["min_iou"] == TOLERANCE[kind]
+
+
+def test_the_shape_check_draws_its_sample_points_when_it_grades() -> None:
+    """Catches sample points fixed per task (which a policy could learn): two gradings use different seeds, and a
+    seed given replays the same figures."""
+    spec = make_part("plate_hole", 1).spec
+    mesh = load_ply(_ply(_wrong_box(spec).vertices, _wrong_box(spec).faces))
+    first, second = (_by_name(grade_model(mesh, Spec.from_data(spec)))["shape"].detail for _ in range(2))
+    assert first.split("seed")[1] != second.split("seed")[1]
+    again = [_by_name(grade_model(mesh, Spec.from_data(spec), seed=7))["shape"].detail for _ in range(2)]
+    assert again[0] == again[1]
 
 
 def test_first_break_names_the_step_after_which_a_check_stopped_passing() -> None:
@@ -266,6 +386,38 @@ def test_every_cheat_scores_zero(fam: sdk.EnvFamily, cheat: str) -> None:
         assert trajs[0].outcome.details["steps_refused"] == [1, 2, 3]
     if cheat == "cheat-oversize":
         assert "too large to check" in trajs[0].outcome.details["failed"][0]
+    if cheat == "cheat-fit-feedback":
+        # The cylinder's fit meets every structural check the feedback names, and fails on shape alone.
+        checks = trajs[1].outcome.details["checks"]
+        assert [n for n, c in checks.items() if not c["passed"]] == ["shape"], trajs[1].outcome.details["failed"]
+        assert not any("expected" in (s.observation or "") for s in trajs[1].steps)
+
+
+@pytest.mark.image3d
+def test_the_oracle_passes_the_grader_on_every_catalogue_task(fam: sdk.EnvFamily) -> None:
+    """Catches a tolerance or reference solid that rejects a correct part: the oracle's model of 5 of the 20
+    catalogue parts of every kind (85 tasks; built in Blender in one process a kind, `build_models`; graded offline
+    with `grade_model`, as the verifier does, with fresh sample seeds) passes every check, the shape check
+    included. All 340 (~4 min): `bench/modeling.py --similarity`, which also measured the tolerances."""
+    env: ModelingEnv = fam.env_factory()
+    failed, worst = [], {}
+    try:
+        env.reset(task("cylinder", 0))
+        sb = env._lease.sandbox  # noqa: SLF001 - the family's own 3D sandbox, for the oracle's reference builds
+        assert sb is not None
+        for kind in sorted(KINDS):
+            parts = {f"{kind}-{seed}": make_part(kind, seed) for seed in range(0, 20, 4)}
+            exports = build_models(sb, {name: p.oracle for name, p in parts.items()}, python="python3", timeout=300)
+            sb.reset()
+            for name, export in exports.items():
+                checks = _by_name(grade_model(export.mesh, Spec.from_data(parts[name].spec), export.problem))
+                failed += [(name, c.detail) for c in checks.values() if not c.passed]
+                iou = float(checks["shape"].detail.split("IoU ")[1].split()[0])
+                worst[kind] = min(worst.get(kind, 1.0), iou)
+    finally:
+        env.close()
+    assert failed == [], failed
+    assert all(worst[k] >= TOLERANCE[k] for k in KINDS), worst
 
 
 def _env_steps(fam: sdk.EnvFamily, t: sdk.Task, codes: list[str]) -> list[sdk.StepResult]:
@@ -295,9 +447,11 @@ def test_feedback_localizes_planted_errors(fam: sdk.EnvFamily) -> None:
         "import os",                                                                       # 6: refused
     ])
     first, fixed, drilled, broken, raised, refused = (r.observation for r in results)
-    assert f"FAIL x from {lo[0] + 5:.2f} to {hi[0] - 5:.2f} (size {width - 10:.2f}); expected {lo[0]:.2f}" in first
+    assert f"FAIL x: the part is too narrow along x (it spans x = {lo[0] + 5:.2f} to {hi[0] - 5:.2f}, " \
+           f"{width - 10:.2f} mm)" in first
     assert "FAIL x" not in fixed and results[1].reward > results[0].reward
-    assert "FAIL" not in drilled and drilled.endswith("All checks pass: the model meets the instruction. The episode ends.")
+    assert "FAIL" not in drilled and drilled.endswith("All checks pass. The episode ends; the grade also compares the "
+                                                      "model's shape with the exact part.")
     assert re.search(r"FAIL not watertight: \d+ open edges in 1 hole in the surface \(around", broken), broken
     assert re.search(r'"watertight", .* passed after step 3 and fail since step 4 \(this step\): import bmesh', broken)
     assert re.search(r"object 'Plate': its own mesh \(before any modifier\) has \d+ open or non-manifold edges", broken)
@@ -319,7 +473,7 @@ def test_feedback_names_the_modifier_that_opened_the_mesh_and_a_wrong_count(fam:
     ])
     counted, sliced = results[4].observation, results[5].observation
     holes = t.data["spec"]["through_holes"]
-    assert f"FAIL {holes - holes // nx} through-holes (handles), expected {holes}" in counted
+    assert f"FAIL there are {holes - holes // nx} through-holes; the instruction asks for {holes}" in counted
     assert re.search(r"object 'Plate': its mesh is closed before modifier 'Slice' and has \d+ open or non-manifold "
                      "edges after it", sliced), sliced
     assert re.search(r'"watertight", .* passed after step 5 and fail since step 6 \(this step\): bpy.ops.mesh.primitive_plane_add',

@@ -19,14 +19,18 @@ THE ACTIONS (exact format; `_env.ModelingEnv`)
 FEEDBACK AND REWARD
     After every step: what it printed, the scene, and every check (`_mesh`: loads, watertight — with the
     open boundaries located —, bodies, extent along x/y/z, volume, through-holes from the Euler
-    characteristic, probe points for holes, pockets and fillets), and where the model broke: the step
-    after which a check stopped passing, and the modifier after which an object's mesh opened. Step
-    reward = fraction of checks passing; the episode ends when all pass. The verifier (`_verify`)
-    replays the steps in a clean sandbox, exports the model in one holding only state.blend with no
-    agent code running, and checks it: reward 1 when every check passes, else 0.
+    characteristic, feature points for holes, pockets and fillets), each said in the task's terms ("too
+    tall", "too much material", "hole (column 2, row 1): blocked") with the model's own measurements and
+    never the grader's expected values, tolerances or points; and where the model broke: the step after
+    which a check stopped passing, and the modifier after which an object's mesh opened. Step reward =
+    fraction of checks passing; the episode ends when all pass. Feedback is not the grader: the verifier
+    (`_verify`) replays the steps in a clean sandbox, exports the model in one holding only state.blend
+    with no agent code running, and grades it (`_mesh.grade_model`): the structural checks plus `shape`,
+    the worst regional IoU against the exact part (`_similarity`), sampled at points drawn when it grades,
+    at least the kind's tolerance (0.95; 0.94 for boss_plate). Reward 1 when every check passes, else 0.
 
 POLICIES (`_policies`): oracle, noop, cheat-bbox, cheat-handmade-mesh, cheat-import-file, cheat-tamper,
-    cheat-claim, cheat-oversize.
+    cheat-claim, cheat-oversize, cheat-fit-feedback.
 
 WHY BLENDER (`bpy`) AND NOT A CAD KERNEL — measured on this machine (2 cores, shared; Docker, cpus=1)
     image      `looplift-sandbox-3d:py311` = debootstrap minbase + python3 + the X11/GL client libraries

@@ -9,8 +9,10 @@ is ever loaded by Blender or Python. The image's root filesystem is read-only.
 
 `run_step` returns the driver's report and the model it exported (validated on the host by `_mesh`);
 `trusted_export` is the grader's: it assumes the caller put nothing but state.blend in a clean
-sandbox. Everything that can go wrong in the sandbox (a timeout, an OOM kill, a crash, a malformed
-file) comes back as data in `StepRun`/`Export`; only the sandbox machinery raises.
+sandbox. `build_models` builds the family's own parts (the oracle's steps) in one Blender process, for
+the offline checks and the similarity figures; it never runs an agent's code. Everything that can go
+wrong in the sandbox (a timeout, an OOM kill, a crash, a malformed file) comes back as data in
+`StepRun`/`Export`; only the sandbox machinery raises.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from sandboxes import defaults as _defaults
 from sandboxes import ExecResult, Sandbox, SandboxFileError
 from ._mesh import MeshError, load_ply
 
-__all__ = ["Export", "StepRun", "blender_python", "read_state", "run_step", "trusted_export"]
+__all__ = ["Export", "StepRun", "blender_python", "build_models", "read_state", "run_step", "trusted_export"]
 
 DRIVER = (Path(__file__).resolve().parent / "_driver.py").read_text(encoding="utf-8")
 STATE = "state.blend"
@@ -144,3 +146,24 @@ def trusted_export(sb: Sandbox, *, python: str, timeout: float) -> Export:
         return Export(mesh=None, problem=f"the model could not be exported: {e}")
     mesh, problem = _load_mesh(sb, f"{name}/model.ply", report)
     return Export(mesh=mesh, problem=problem, report=report)
+
+
+def build_models(sb: Sandbox, models: dict[str, list[str]], *, python: str, timeout: float) -> dict[str, Export]:
+    """Build each of `models` (name -> the family's own steps, e.g. an oracle's) in one Blender process in `sb`
+    and read back its mesh. Trusted code only: the steps share a process and are not checked by `_rules`."""
+    request = {"models": [{"name": name, "steps": steps} for name, steps in models.items()]}
+    r = sb.exec(_argv(python, "build"), stdin=json.dumps(request), timeout=timeout)
+    marks = [line for line in r.stdout.splitlines() if line.startswith("LOOPLIFT-EXPORT ")]
+    if not r.ok or not marks:
+        raise RuntimeError(f"the reference build failed: {_failure(r, timeout)}")
+    directory = marks[-1].split(" ", 1)[1].strip()
+    reports = json.loads(sb.read_file(f"{directory}/report.json"))
+    out = {}
+    for name in models:
+        report = reports.get(name) or {"error": "not built"}
+        if report.get("error"):
+            out[name] = Export(mesh=None, problem=str(report["error"]), report=report)
+        else:
+            mesh, problem = _load_mesh(sb, f"{directory}/{name}.ply", report)
+            out[name] = Export(mesh=mesh, problem=problem, report=report)
+    return out

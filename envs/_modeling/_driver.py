@@ -18,6 +18,11 @@ Modes.
           (`LOOPLIFT-EXPORT <dir>`). The host runs it with `env -i` (HOME and Blender's user
           directories pointing nowhere) after every process the agent started is gone, in a sandbox
           that holds nothing but state.blend.
+  build   the family's own reference builds (the oracle's steps, never an agent's): for each request
+          model, an empty scene, its steps run one after another in this process, and the model
+          written as <name>.ply into a fresh directory named on the last line (`LOOPLIFT-EXPORT <dir>`),
+          with a report.json of each model's triangles or error. One process for many parts, so
+          the offline checks (`_blender.build_models`) see the oracle's meshes in seconds, not minutes.
 
 The model is every visible object that has geometry (`obj.visible_get()`, types MESH, CURVE, SURFACE,
 META, FONT) with its modifiers applied and its world transform, triangulated. It is written as a binary
@@ -267,6 +272,27 @@ def export(bpy: Any, np: ModuleType) -> None:
     sys.stdout.write("\n" + EXPORT_MARK + os.path.basename(directory) + "\n")
 
 
+def build(bpy: Any, np: ModuleType, req: dict[str, Any]) -> None:
+    import bmesh
+    import mathutils
+
+    directory = tempfile.mkdtemp(prefix="export-", dir=".")
+    results: dict[str, Any] = {}
+    for model in req.get("models", []):
+        name = str(model["name"])
+        bpy.ops.wm.read_factory_settings(use_empty=True)
+        try:
+            for code in model["steps"]:
+                exec(compile(code, "<%s>" % name, "exec"),
+                     {"__name__": "__step__", "bpy": bpy, "math": math, "bmesh": bmesh, "mathutils": mathutils})
+            results[name] = _export(np, bpy, os.path.join(directory, name + ".ply"), localize=False)
+        except Exception:  # noqa: BLE001 - one part's failure is that part's result
+            results[name] = {"error": traceback.format_exc()[-2000:]}
+    with open(os.path.join(directory, "report.json"), "w") as f:
+        json.dump(results, f)
+    sys.stdout.write("\n" + EXPORT_MARK + os.path.basename(directory) + "\n")
+
+
 def main() -> None:
     mode = sys.argv[1]
     req = json.loads(sys.stdin.read() or "{}")
@@ -280,6 +306,8 @@ def main() -> None:
         step(bpy, np, req)
     elif mode == "export":
         export(bpy, np)
+    elif mode == "build":
+        build(bpy, np, req)
     else:
         raise SystemExit("unknown mode %r" % mode)
     sys.stdout.flush()

@@ -11,12 +11,15 @@ rolled back). Code that `_rules.refusal` rejects (file access, importing geometr
 
 Feedback (the observation of every step): what the step did (ran / raised, with the traceback / refused
 / stopped), what it printed, the scene (each object, whether it is part of the model, its size and
-modifiers), every check of `_mesh.check_model` against the task's spec (failures in full: open
-boundaries with their location, sizes against the expected ones, counts), and where the model broke:
+modifiers), every check of `_mesh.check_model` against the task's spec, and where the model broke:
 the checks tracked across steps — a check that passed after step j and fails since step k names step
 k and its first line — and, inside a step, the first modifier after which an object's mesh is open.
-The step's reward is the fraction of checks passing; `done` when all pass. The verifier does not read
-any of this: it replays the steps (`_verify.py`).
+A failing check says what is wrong in the task's terms (open boundaries located on the model, "too
+tall", "too much material", "2 separate bodies; the instruction asks for 1", "hole (column 2, row 1):
+blocked"), quoting the model's own measurements only: never an expected bound, volume, tolerance or
+probe point, so the feedback cannot be read back as a grader to fit. The step's reward is the fraction
+of checks passing; `done` when all pass. The grade is not this: the verifier replays the steps and adds
+a comparison with the exact part that the agent never sees (`_verify.py`, `_similarity.py`).
 """
 
 from __future__ import annotations
@@ -220,7 +223,8 @@ class ModelingEnv:
             lines += ["Where it broke:", *where]
         done = passed == len(checks)
         if done:
-            lines.append("All checks pass: the model meets the instruction. The episode ends.")
+            lines.append("All checks pass. The episode ends; the grade also compares the model's shape with the exact "
+                         "part.")
         self._score = score(checks)
         info.update(ok=run.ok, checks={c.name: c.passed for c in checks}, score=round(self._score, 4))
         return StepResult(observation="\n".join(lines), reward=self._score, done=done, info=info)

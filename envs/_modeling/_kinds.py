@@ -2,8 +2,11 @@
 
 Each kind draws its dimensions from a seeded `random.Random`, and returns a `Part`: the instruction the
 agent reads, the `spec` the validator checks (`_mesh.Spec` as plain data: bounds, volume, bodies,
-through-holes, probe points, each with its tolerance), and the oracle's solution as a list of `bpy`
-snippets, one per step, each step one dependent operation or a small group of them.
+through-holes, feature points, each with its tolerance, and `solid`, the exact part as primitives added
+and cut, with the kind's similarity tolerance, for the grader's shape check in `_similarity`), and the
+oracle's solution as a list of `bpy` snippets, one per step, each step one dependent operation or a
+small group of them. Feature points are named as the instruction names the feature ("hole (column 2,
+row 1)", "corner hole (+x, -y)"), never by coordinates: the feedback quotes their names.
 
     level      kind            what it takes (operations)
     primitive  cylinder        a cylinder at a position                                 1
@@ -28,7 +31,7 @@ Tolerances (stated in every instruction): each face of the bounding box within
 max(0.1, 0.002 x largest extent) mm; volume within 0.3% plus 1% of every round feature's volume
 (32 segments or more stay well inside it: a 32-gon holds 99.36% of its circle's area) plus 5% of every
 fillet's removed volume (8 segments or more). Every kind's shape differs from its bounding box, so a
-box of the right size never passes.
+box of the right size never passes; nor does a block fitted to the bounds and volume (`_similarity`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ._similarity import TOLERANCE
 
 __all__ = ["KINDS", "LEVELS", "Part", "make_part"]
 
@@ -76,6 +81,8 @@ class _Spec:
         self.bodies = 1
         self.holes = 0
         self.probes: list[dict[str, Any]] = []
+        self.add_solids: list[list[Any]] = []
+        self.cut_solids: list[list[Any]] = []
 
     def add(self, v: float, *, round_feature: bool = False, fillet: bool = False) -> None:
         """Add (or, negative, remove) volume; round features and fillets widen the tolerance."""
@@ -88,11 +95,16 @@ class _Spec:
     def probe(self, point: Vec, inside: bool, what: str) -> None:
         self.probes.append({"point": [_n(c) for c in point], "inside": inside, "what": what})
 
+    def solid(self, shape: str, *values: float, cut: bool = False) -> None:
+        """Add a primitive to the exact reference (`_similarity`): material, or with `cut` removed."""
+        (self.cut_solids if cut else self.add_solids).append([shape, *(_n(v) for v in values)])
+
     def data(self) -> dict[str, Any]:
         extent = max(h - lo for lo, h in zip(self.lo, self.hi))
         return {"bounds": [list(self.lo), list(self.hi)], "bounds_tol": round(max(0.1, 0.002 * extent), 3),
                 "volume": round(self.volume, 3), "volume_tol": round(0.003 * abs(self.volume) + self.allowance, 3),
-                "bodies": self.bodies, "through_holes": self.holes, "probes": self.probes}
+                "bodies": self.bodies, "through_holes": self.holes, "probes": self.probes,
+                "solid": {"add": self.add_solids, "cut": self.cut_solids}}
 
 
 # -- oracle snippets ------------------------------------------------------------------------------
@@ -154,10 +166,15 @@ def _pick(rng: random.Random, lo: float, hi: float, step: float = 1.0) -> float:
 
 
 def _hole_probes(s: _Spec, x: float, y: float, r: float, z: float, what: str, wall: bool = True) -> None:
-    s.probe((x, y, z), False, f"{what} at ({_t(x)}, {_t(y)})")
-    s.probe((x + 0.75 * r, y, z), False, f"{what} at ({_t(x)}, {_t(y)}): diameter")
+    # `what` names the hole as the instruction does, never by coordinates: feedback quotes no probe point.
+    s.probe((x, y, z), False, what)
+    s.probe((x + 0.75 * r, y, z), False, f"{what}: diameter")
     if wall:
-        s.probe((x + 1.35 * r, y, z), True, f"{what} at ({_t(x)}, {_t(y)}): wall")
+        s.probe((x + 1.35 * r, y, z), True, f"{what}: wall")
+
+
+def _corner(x: float, y: float) -> str:
+    return f"({'+' if x > 0 else '-'}x, {'+' if y > 0 else '-'}y)"
 
 
 # -- primitives -----------------------------------------------------------------------------------
@@ -167,6 +184,7 @@ def cylinder(rng: random.Random) -> Part:
     cx, cy = _xy(rng, 20)
     s = _Spec((cx - r, cy - r, 0), (cx + r, cy + r, h))
     s.add(math.pi * r * r * h, round_feature=True)
+    s.solid("cylinder", cx, cy, r, 0, h)
     s.probe((cx, cy, h / 2), True, "axis")
     s.probe((cx + 0.8 * r, cy + 0.8 * r, h / 2), False, "outside the round wall")
     text = (f"Model a solid cylinder of radius {_t(r)} mm and height {_t(h)} mm, its axis along z through "
@@ -180,6 +198,7 @@ def hex_prism(rng: random.Random) -> Part:
     big = flats / math.sqrt(3)  # circumradius
     s = _Spec((cx - big, cy - flats / 2, 0), (cx + big, cy + flats / 2, h))
     s.add(1.5 * math.sqrt(3) * big * big * h)
+    s.solid("prism", cx, cy, big, 6, 0, 0, h)
     s.probe((cx, cy, h / 2), True, "center")
     s.probe((cx + 0.9 * big, cy + 0.45 * flats, h / 2), False, "outside the hexagon's slanted side")
     text = (f"Model a regular hexagonal prism {_t(flats)} mm across the flats and {_t(h)} mm tall: its axis along z "
@@ -197,6 +216,7 @@ def cone(rng: random.Random) -> Part:
     cx, cy = _xy(rng, 15)
     s = _Spec((cx - r1, cy - r1, 0), (cx + r1, cy + r1, h))
     s.add(math.pi * h * (r1 * r1 + r1 * r2 + r2 * r2) / 3, round_feature=True)
+    s.solid("frustum", cx, cy, r1, r2, 0, h)
     s.probe((cx, cy, 0.1 * h), True, "axis near the base")
     s.probe((cx + (r1 + r2) / 2, cy, 0.9 * h), False, "outside the slanted side near the top")
     top = "a point (a cone)" if r2 == 0 else f"radius {_t(r2)} mm"
@@ -212,6 +232,7 @@ def sphere(rng: random.Random) -> Part:
     s = _Spec((cx - r, cy - r, 0), (cx + r, cy + r, 2 * r))
     s.add(4 / 3 * math.pi * r ** 3, round_feature=True)
     s.allowance += 0.01 * 4 / 3 * math.pi * r ** 3  # two curvatures: 2% in all for 64 x 32 or finer
+    s.solid("sphere", cx, cy, r, r)
     s.probe((cx, cy, r), True, "center")
     s.probe((cx + 0.65 * r, cy + 0.65 * r, r + 0.65 * r), False, "outside the sphere near a box corner")
     text = (f"Model a solid sphere of radius {_t(r)} mm resting on the plane z = 0 (its lowest point at z = 0), its "
@@ -230,6 +251,8 @@ def tube(rng: random.Random) -> Part:
     s.add(math.pi * outer * outer * h, round_feature=True)
     s.add(-math.pi * inner * inner * h, round_feature=True)
     s.holes = 1
+    s.solid("cylinder", 0, 0, outer, 0, h)
+    s.solid("cylinder", 0, 0, inner, 0, h, cut=True)
     s.probe((0, 0, h / 2), False, "bore on the axis")
     s.probe((0.8 * inner, 0, h / 2), False, "bore: diameter")
     s.probe(((inner + outer) / 2, 0, h / 2), True, "tube wall")
@@ -251,6 +274,8 @@ def plate_hole(rng: random.Random) -> Part:
     s.add(w * d * t)
     s.add(-math.pi * r * r * t, round_feature=True)
     s.holes = 1
+    s.solid("box", -w / 2, -d / 2, 0, w / 2, d / 2, t)
+    s.solid("cylinder", hx, hy, r, 0, t, cut=True)
     _hole_probes(s, hx, hy, r, t / 2, "hole")
     text = (f"Model a rectangular plate {_plate_words(w, d, t)}, with one through hole of diameter {_t(2 * r)} mm "
             f"along z, centered at x = {_t(hx)}, y = {_t(hy)}.")
@@ -269,6 +294,8 @@ def pocket(rng: random.Random) -> Part:
     py = _pick(rng, -(d - b) / 2 + 3, (d - b) / 2 - 3, 1)
     s = _Spec((-w / 2, -d / 2, 0), (w / 2, d / 2, h))
     s.add(w * d * h - a * b * depth)
+    s.solid("box", -w / 2, -d / 2, 0, w / 2, d / 2, h)
+    s.solid("box", px - a / 2, py - b / 2, h - depth, px + a / 2, py + b / 2, h, cut=True)
     s.probe((px, py, h - depth / 2), False, "pocket")
     s.probe((px, py, (h - depth) / 2), True, "pocket floor")
     s.probe((px + a / 2 + 1.5, py, h - depth / 2), True, "pocket wall along x")
@@ -290,6 +317,7 @@ def cube_row(rng: random.Random) -> Part:
     s.add(n * side ** 3)
     s.bodies = n
     for i in range(n):
+        s.solid("box", x0 + i * pitch, -side / 2, 0, x0 + i * pitch + side, side / 2, side)
         s.probe((x0 + i * pitch + side / 2, 0, side / 2), True, f"cube {i + 1}")
     s.probe((x0 + side + gap / 2, 0, side / 2), False, "gap between cubes 1 and 2")
     text = (f"Model a row of {n} separate cubes, each {_t(side)} mm on a side, along the x axis with a {_t(gap)} mm gap "
@@ -306,6 +334,8 @@ def l_bracket(rng: random.Random) -> Part:
     h, t2 = _pick(rng, 20, 50, 5), _pick(rng, 3, 8, 1)
     s = _Spec((-w / 2, -d / 2, 0), (w / 2, d / 2, h))
     s.add(w * d * t + w * t2 * (h - t))
+    s.solid("box", -w / 2, -d / 2, 0, w / 2, d / 2, t)
+    s.solid("box", -w / 2, d / 2 - t2, 0, w / 2, d / 2, h)
     s.probe((0, -d / 2 + 0.25 * d, t / 2), True, "base flange")
     s.probe((0, d / 2 - t2 / 2, (h + t) / 2), True, "upright flange")
     s.probe((0, 0, (h + t) / 2), False, "inside of the L")
@@ -325,6 +355,7 @@ def rounded_block(rng: random.Random) -> Part:
     s = _Spec((-w / 2, -d / 2, 0), (w / 2, d / 2, h))
     s.add(w * d * h)
     s.add(-4 * (1 - math.pi / 4) * r * r * h, fillet=True)
+    s.solid("rounded_box", -w / 2, -d / 2, 0, w / 2, d / 2, h, r)
     for sx, sy in ((1, 1), (-1, 1), (-1, -1), (1, -1)):
         s.probe((sx * (w / 2 - 0.12 * r), sy * (d / 2 - 0.12 * r), h / 2), False,
                 f"rounded corner ({'+' if sx > 0 else '-'}x, {'+' if sy > 0 else '-'}y)")
@@ -344,6 +375,8 @@ def stepped_block(rng: random.Random) -> Part:
     h1, h2, h3 = (_pick(rng, 3, 12, 1) for _ in range(3))
     s = _Spec((-w1 / 2, -d1 / 2, 0), (w1 / 2, d1 / 2, h1 + h2 + h3))
     s.add(w1 * d1 * h1 + w2 * d2 * h2 + w3 * d3 * h3)
+    for (sw, sd), z0, z1 in (((w1, d1), 0, h1), ((w2, d2), h1, h1 + h2), ((w3, d3), h1 + h2, h1 + h2 + h3)):
+        s.solid("box", -sw / 2, -sd / 2, z0, sw / 2, sd / 2, z1)
     s.probe((0, 0, h1 + h2 + h3 / 2), True, "top step")
     s.probe(((w2 + w1) / 4, 0, h1 + h2 / 2), False, "beside the middle step")
     s.probe(((w3 + w2) / 4, 0, h1 + h2 + h3 / 2), False, "beside the top step")
@@ -371,10 +404,12 @@ def hole_grid(rng: random.Random) -> Part:
     s = _Spec((-w / 2, -d / 2, 0), (w / 2, d / 2, t))
     s.add(w * d * t)
     s.holes = nx * ny
+    s.solid("box", -w / 2, -d / 2, 0, w / 2, d / 2, t)
     for i in range(nx):
         for j in range(ny):
             s.add(-math.pi * r * r * t, round_feature=True)
-            _hole_probes(s, x0 + i * px, y0 + j * py, r, t / 2, "hole", wall=False)
+            s.solid("cylinder", x0 + i * px, y0 + j * py, r, 0, t, cut=True)
+            _hole_probes(s, x0 + i * px, y0 + j * py, r, t / 2, f"hole (column {i + 1}, row {j + 1})", wall=False)
     s.probe((x0 + px / 2, y0, t / 2), True, "material between holes")
     text = (f"Model a plate {_plate_words(w, d, t)}, with a grid of {nx} x {ny} through holes (x by y) of diameter "
             f"{_t(2 * r)} mm along z, pitch {_t(px)} mm in x and {_t(py)} mm in y, the grid centered on the plate: "
@@ -399,11 +434,14 @@ def flange(rng: random.Random) -> Part:
     s.add(math.pi * big * big * t, round_feature=True)
     s.add(-math.pi * bore * bore * t, round_feature=True)
     s.holes = n + 1
+    s.solid("cylinder", 0, 0, big, 0, t)
+    s.solid("cylinder", 0, 0, bore, 0, t, cut=True)
     s.probe((0, 0, t / 2), False, "center bore")
     s.probe((0.8 * bore, 0, t / 2), False, "center bore: diameter")
     for k in range(n):
         a = 2 * math.pi * k / n
         s.add(-math.pi * hole * hole * t, round_feature=True)
+        s.solid("cylinder", circle * math.cos(a), circle * math.sin(a), hole, 0, t, cut=True)
         s.probe((circle * math.cos(a), circle * math.sin(a), t / 2), False, f"bolt hole {k + 1}")
     s.probe((circle * math.cos(math.pi / n), circle * math.sin(math.pi / n), t / 2), True, "between bolt holes 1 and 2")
     text = (f"Model a round flange: a disc of diameter {_t(2 * big)} mm and thickness {_t(t)} mm, axis along z through "
@@ -432,10 +470,12 @@ def rounded_plate(rng: random.Random) -> Part:
     s.add(w * d * t)
     s.add(-4 * (1 - math.pi / 4) * rf * rf * t, fillet=True)
     s.holes = 4
+    s.solid("rounded_box", -w / 2, -d / 2, 0, w / 2, d / 2, t, rf)
     corners = [(sx * (w / 2 - inset), sy * (d / 2 - inset)) for sy in (-1, 1) for sx in (-1, 1)]
     for x, y in corners:
         s.add(-math.pi * r * r * t, round_feature=True)
-        _hole_probes(s, x, y, r, t / 2, "corner hole", wall=False)
+        s.solid("cylinder", x, y, r, 0, t, cut=True)
+        _hole_probes(s, x, y, r, t / 2, f"corner hole {_corner(x, y)}", wall=False)
     for sx, sy in ((1, 1), (-1, -1)):
         s.probe((sx * (w / 2 - 0.12 * rf), sy * (d / 2 - 0.12 * rf), t / 2), False,
                 f"rounded corner ({'+' if sx > 0 else '-'}x, {'+' if sy > 0 else '-'}y)")
@@ -466,12 +506,17 @@ def boss_plate(rng: random.Random) -> Part:
     s.add(-math.pi * bore * bore * (t + hb), round_feature=True)
     s.add(-2 * math.pi * r * r * t, round_feature=True)
     s.holes = 3
+    s.solid("box", -w / 2, -d / 2, 0, w / 2, d / 2, t)
+    s.solid("cylinder", 0, 0, rb, t, t + hb)
+    s.solid("cylinder", 0, 0, bore, 0, t + hb, cut=True)
+    for x in (-hx, hx):
+        s.solid("cylinder", x, 0, r, 0, t, cut=True)
     s.probe((0, 0, t / 2), False, "bore through the plate")
     s.probe((0, 0, t + hb / 2), False, "bore through the boss")
     s.probe(((bore + rb) / 2, 0, t + hb / 2), True, "boss wall")
     s.probe((0, -(rb + d / 2) / 2, t + hb / 2), False, "beside the boss")
     for x in (-hx, hx):
-        _hole_probes(s, x, 0, r, t / 2, "mounting hole", wall=False)
+        _hole_probes(s, x, 0, r, t / 2, f"mounting hole ({'+' if x > 0 else '-'}x)", wall=False)
     text = (f"Model a base plate {_plate_words(w, d, t)}, with a cylindrical boss of diameter {_t(2 * rb)} mm rising "
             f"{_t(hb)} mm above the plate's top face, centered on the z axis, joined to the plate as one solid. A "
             f"through bore of diameter {_t(2 * bore)} mm runs along the z axis through boss and plate. Two mounting "
@@ -495,8 +540,10 @@ def peg_row(rng: random.Random) -> Part:
     x0 = -(n - 1) * pitch / 2
     s = _Spec((-w / 2, -d / 2, 0), (w / 2, d / 2, t + hp))
     s.add(w * d * t)
+    s.solid("box", -w / 2, -d / 2, 0, w / 2, d / 2, t)
     for i in range(n):
         s.add(math.pi * r * r * hp, round_feature=True)
+        s.solid("cylinder", x0 + i * pitch, 0, r, t, t + hp)
         s.probe((x0 + i * pitch, 0, t + hp / 2), True, f"peg {i + 1}")
     s.probe((x0 + pitch / 2, 0, t + hp / 2), False, "between pegs 1 and 2")
     s.probe((x0 + 0.8 * r, 0.8 * r, t + hp / 2), False, "outside peg 1's round side")
@@ -520,12 +567,15 @@ def frame(rng: random.Random) -> Part:
     s = _Spec((-w / 2, -d / 2, 0), (w / 2, d / 2, t))
     s.add(w * d * t - a * b * t)
     s.holes = 5
+    s.solid("box", -w / 2, -d / 2, 0, w / 2, d / 2, t)
+    s.solid("box", -a / 2, -b / 2, 0, a / 2, b / 2, t, cut=True)
     s.probe((0, 0, t / 2), False, "window")
     s.probe((a / 2 - 1, b / 2 - 1, t / 2), False, "window corner")
     s.probe((a / 2 + 1, 0, t / 2), True, "frame side")
     for x, y in [(sx * (w / 2 - inset), sy * (d / 2 - inset)) for sy in (-1, 1) for sx in (-1, 1)]:
         s.add(-math.pi * r * r * t, round_feature=True)
-        _hole_probes(s, x, y, r, t / 2, "corner hole", wall=False)
+        s.solid("cylinder", x, y, r, 0, t, cut=True)
+        _hole_probes(s, x, y, r, t / 2, f"corner hole {_corner(x, y)}", wall=False)
     text = (f"Model a rectangular frame: a plate {_plate_words(w, d, t)}, with a centered rectangular window "
             f"{_t(a)} x {_t(b)} mm (x by y) cut through it, and four through holes of diameter {_t(2 * r)} mm in its "
             f"corners at x = ±{_t(w / 2 - inset)}, y = ±{_t(d / 2 - inset)}.")
@@ -549,4 +599,5 @@ def make_part(kind: str, seed: int) -> Part:
     """The instruction of `kind` drawn with `seed` (deterministic: the same pair always gives the same part)."""
     part = KINDS[kind](random.Random(f"looplift-modeling:{kind}:{seed}"))
     part.params = {"kind": kind, "seed": seed}
+    part.spec["solid"]["min_iou"] = TOLERANCE[kind]
     return part

@@ -1,4 +1,4 @@
-"""Validating an exported model against a task's spec, with trimesh, on the host.
+"""Validating an exported model against a task's spec, with trimesh, on the host: feedback and grade.
 
 Why on the host: the exported model is data (a binary PLY the driver writes), and the grading logic
 should run where the agent cannot reach it. Data from a sandbox is hostile, so it is loaded
@@ -18,8 +18,18 @@ The checks, in order (`Spec` says what is expected; every check is reported, pas
     volume         enclosed volume within `volume_tol` (only measurable on a closed mesh)
     through_holes  total genus (handles) from the Euler characteristic: sum of (2 - chi_i) / 2 over
                    closed bodies; a through hole is one handle, a blind pocket none
-    probe:<what>   a point that must be material (inside) or empty (outside): hole positions and
-                   diameters, pockets, fillets, bosses (`mesh.contains`, closed meshes only)
+    probe:<what>   feedback only: a point that must be material or empty (holes, pockets, fillets,
+                   bosses; `mesh.contains`, closed meshes only)
+    shape          grading only (`grade_model`): the worst regional IoU against the exact part
+                   (`_similarity`) at least the kind's tolerance, on sample points drawn at grading
+
+Feedback is not the grader. `check_model` is what the agent sees after every step, and its details
+say what is wrong in the task's own terms: the part is too tall or off-center along x, it has too
+much material, 2 bodies where the instruction asks for 1, a hole is blocked. They quote only the
+model's own measurements and the counts the instruction states, never an expected bound, volume,
+tolerance or probe point. `grade_model` is what the verifier decides with: the same structural checks
+without the fixed probe points, plus `shape`, which no fitted box or stepped block meets (the figures
+are in `_similarity`); its result is never shown to the agent.
 
 Deliberately not checked: surface quality (triangle shape), exact tessellation, anything the
 instruction does not state.
@@ -35,7 +45,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["UNMEASURABLE", "Check", "MeshError", "Spec", "check_model", "first_break", "load_ply", "score"]
+from ._similarity import Solid, similarity
+
+__all__ = ["UNMEASURABLE", "Check", "MeshError", "Spec", "check_model", "first_break", "grade_model", "load_ply",
+           "score"]
 
 MAX_VERTICES = 600_000
 MAX_FACES = 200_000
@@ -71,6 +84,8 @@ class Spec:
     bodies: int = 1
     through_holes: int = 0
     probes: tuple[Probe, ...] = field(default_factory=tuple)
+    #: The exact part, for grading (`_similarity`); None in specs written before it existed.
+    solid: Optional[Solid] = None
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> "Spec":
@@ -81,7 +96,8 @@ class Spec:
                    volume_tol=float(data["volume_tol"]), bodies=int(data.get("bodies", 1)),
                    through_holes=int(data.get("through_holes", 0)),
                    probes=tuple(Probe(tuple(map(float, p["point"])), bool(p["inside"]), str(p["what"]))  # type: ignore[arg-type]
-                                for p in data.get("probes", ())))
+                                for p in data.get("probes", ())),
+                   solid=Solid.from_data(data["solid"]) if data.get("solid") else None)
 
 
 @dataclass(frozen=True)
@@ -162,27 +178,75 @@ def _closed(mesh: Any) -> bool:
     return bool(mesh.is_watertight and mesh.is_winding_consistent)
 
 
-def check_model(mesh: Optional[Any], spec: Spec, load_error: Optional[str] = None) -> list[Check]:
-    """Every check of `spec` against `mesh` (None when it did not load; `load_error` says why).
+#: How a wrong extent reads along each axis: (too large, too small, shifted down, shifted up).
+_EXTENT_WORDS = {"x": ("too wide", "too narrow", "it sits too far toward -x", "it sits too far toward +x"),
+                 "y": ("too deep", "too shallow", "it sits too far toward -y", "it sits too far toward +y"),
+                 "z": ("too tall", "too short", "it sits too low (the instruction says where its bottom is)",
+                       "it sits too high (the instruction says where its bottom is)")}
+
+
+def _extent(axis: str, lo: float, hi: float, want: tuple[float, float], tol: float) -> Check:
+    """The extent along `axis` in the task's terms: too large or small, shifted; only the model's own numbers."""
+    big, small, low, high = _EXTENT_WORDS[axis]
+    ok = abs(lo - want[0]) <= tol and abs(hi - want[1]) <= tol
+    span = f"it spans {axis} = {_fmt(lo)} to {_fmt(hi)}, {_fmt(hi - lo)} mm"
+    if ok:
+        return Check(axis, True, f"{axis}: {span}, as the instruction asks")
+    size_error, shift = (hi - lo) - (want[1] - want[0]), (lo + hi - want[0] - want[1]) / 2
+    what = []
+    if abs(size_error) > tol:
+        what.append(f"the part is {big if size_error > 0 else small} along {axis}")
+    if abs(shift) > tol:
+        what.append(high if shift > 0 else low)
+    if not what:
+        what.append(f"its faces along {axis} are slightly off in size or placement")
+    return Check(axis, False, f"{axis}: {' and '.join(what)} ({span})")
+
+
+def _probe(p: Probe, got: bool) -> Check:
+    if bool(got) == p.inside:
+        return Check(f"probe:{p.what}", True, f"{p.what}: as the instruction says")
+    if p.inside:
+        return Check(f"probe:{p.what}", False, f"{p.what}: missing or misplaced (empty where the part has material)")
+    return Check(f"probe:{p.what}", False, f"{p.what}: blocked or misplaced (material where the part is empty)")
+
+
+def _volume(volume: float, spec: Spec) -> Check:
+    if abs(volume - spec.volume) <= spec.volume_tol:
+        return Check("volume", True, f"volume {volume:,.1f} mm³, as the instruction's part")
+    if volume > spec.volume:
+        return Check("volume", False, f"too much material (volume {volume:,.1f} mm³): a hole, pocket or cut may be "
+                                      "missing or too small, or a part too large")
+    return Check("volume", False, f"too little material (volume {volume:,.1f} mm³): a part may be missing or too "
+                                  "small, or a hole, pocket or cut too large")
+
+
+def _count(name: str, got: int, want: int, one: str, many: str) -> Check:
+    word = one if got == 1 else many
+    if got == want:
+        return Check(name, True, f"{got} {word}, as the instruction asks")
+    return Check(name, False, f"there {'is' if got == 1 else 'are'} {got} {word}; the instruction asks for {want}")
+
+
+def check_model(mesh: Optional[Any], spec: Spec, load_error: Optional[str] = None, *,
+                probes: bool = True) -> list[Check]:
+    """Every check of `spec` against `mesh` (None when it did not load; `load_error` says why), in the task's
+    terms: what the agent is told after each step. `probes=False` leaves out the fixed feature points (the
+    grader's variant, `grade_model`).
 
     The surface counts as closed when it is closed as exported or once coincident vertices are merged
     (a seam split into two edges); the checks then use that variant, and open boundaries are reported
     on the merged one, so a seam is never called a hole."""
+    points = spec.probes if probes else ()
     if mesh is None:
         why = load_error or "no model was exported"
         return [Check("loads", False, why)] + [Check(n, False, "not checked: the model did not load") for n in
-                                                _names(spec)[1:]]
+                                                _names(spec, points)[1:]]
     out = [Check("loads", True, f"{len(mesh.faces):,} triangles")]
-    exported = mesh
-    if not _closed(mesh):
-        merged = mesh.copy()
-        merged.merge_vertices()
-        mesh = merged if _closed(merged) else mesh
-    closed = _closed(mesh)
+    mesh, closed = _closed_variant(mesh)
     volume = float(mesh.volume) if closed else None
     if not closed:
-        # Described on the topology Blender exported: its open edges are the ones the scene report counts.
-        out.append(Check("watertight", False, "not watertight: " + (_open_boundaries(exported) or
+        out.append(Check("watertight", False, "not watertight: " + (_open_boundaries(mesh) or
                                                                     "face winding is inconsistent")))
     elif volume is not None and volume <= 0:
         out.append(Check("watertight", False, "closed, but the faces point inwards (negative volume); recalculate "
@@ -190,39 +254,56 @@ def check_model(mesh: Optional[Any], spec: Spec, load_error: Optional[str] = Non
     else:
         out.append(Check("watertight", True, "closed surface, consistent outward normals"))
     bodies = int(mesh.body_count)
-    out.append(Check("bodies", bodies == spec.bodies, f"{bodies} separate bod{'y' if bodies == 1 else 'ies'}, "
-                                                      f"expected {spec.bodies}"))
+    out.append(_count("bodies", bodies, spec.bodies, "separate body", "separate bodies"))
     lo, hi = mesh.bounds
     for i, axis in enumerate(_AXES):
-        elo, ehi, tol = spec.bounds[0][i], spec.bounds[1][i], spec.bounds_tol
-        ok = abs(lo[i] - elo) <= tol and abs(hi[i] - ehi) <= tol
-        out.append(Check(axis, bool(ok), f"{axis} from {_fmt(lo[i])} to {_fmt(hi[i])} (size {_fmt(hi[i] - lo[i])}); "
-                                         f"expected {_fmt(elo)} to {_fmt(ehi)} (size {_fmt(ehi - elo)}) ± {tol:g}"))
+        out.append(_extent(axis, float(lo[i]), float(hi[i]), (spec.bounds[0][i], spec.bounds[1][i]), spec.bounds_tol))
     good = closed and volume is not None and volume > 0
     if good:
         assert volume is not None
-        ok = abs(volume - spec.volume) <= spec.volume_tol
-        out.append(Check("volume", bool(ok), f"volume {volume:,.1f}, expected {spec.volume:,.1f} ± "
-                                             f"{spec.volume_tol:,.1f}"))
+        out.append(_volume(volume, spec))
         genus = _genus(mesh, bodies)
-        out.append(Check("through_holes", genus == spec.through_holes,
-                         f"{genus if genus is not None else '?'} through-hole{'s' if genus != 1 else ''} "
-                         f"(handles), expected {spec.through_holes}"))
-        if spec.probes:
-            inside = mesh.contains(np.array([p.point for p in spec.probes], dtype=np.float64))
-            for p, got in zip(spec.probes, inside):
-                want = "material" if p.inside else "empty space"
-                found = "material" if got else "empty space"
-                out.append(Check(f"probe:{p.what}", bool(got) == p.inside,
-                                 f"{p.what}: {found} at ({', '.join(_fmt(c) for c in p.point)}), expected {want}"))
+        if genus is None:
+            out.append(Check("through_holes", False, "the through-holes cannot be counted (the surface's topology "
+                                                     "is irregular)"))
+        else:
+            out.append(_count("through_holes", genus, spec.through_holes, "through-hole", "through-holes"))
+        if points:
+            inside = mesh.contains(np.array([p.point for p in points], dtype=np.float64))
+            out += [_probe(p, bool(got)) for p, got in zip(points, inside)]
     else:
-        for name in ("volume", "through_holes", *(f"probe:{p.what}" for p in spec.probes)):
+        for name in ("volume", "through_holes", *(f"probe:{p.what}" for p in points)):
             out.append(Check(name, False, f"{name.split(':', 1)[-1]}: {UNMEASURABLE}"))
     return out
 
 
-def _names(spec: Spec) -> list[str]:
-    return ["loads", "watertight", "bodies", *_AXES, "volume", "through_holes", *(f"probe:{p.what}" for p in spec.probes)]
+def _closed_variant(mesh: Any) -> tuple[Any, bool]:
+    """(the mesh the checks use, whether it is closed): as exported, or with coincident vertices merged when only
+    that closes it. An open mesh is returned as exported: its open edges are the ones the scene report counts."""
+    if _closed(mesh):
+        return mesh, True
+    merged = mesh.copy()
+    merged.merge_vertices()
+    return (merged, True) if _closed(merged) else (mesh, False)
+
+
+def grade_model(mesh: Optional[Any], spec: Spec, load_error: Optional[str] = None, *,
+                seed: Optional[int] = None) -> list[Check]:
+    """The grader's checks: `check_model` without the fixed feature points, plus `shape`, the similarity to the
+    exact part on sample points drawn now (`seed` fixes them, for tests). Never shown to the agent."""
+    out = check_model(mesh, spec, load_error, probes=False)
+    if spec.solid is None:  # never passed unchecked: a spec written before `solid` existed is regenerated first
+        return out + [Check("shape", False, "shape: not compared (the spec has no exact part; regenerate the task)")]
+    if mesh is None or not all(c.passed for c in out if c.name in ("watertight",)):
+        return out + [Check("shape", False, "shape: not compared (the model did not load or is not closed)")]
+    sim = similarity(_closed_variant(mesh)[0], spec.solid, seed)
+    return out + [Check("shape", sim.worst >= spec.solid.min_iou,
+                        f"shape: worst regional IoU {sim.worst:.4f} (tolerance {spec.solid.min_iou:g}), whole part "
+                        f"{sim.whole:.4f}, {sim.regions} regions, sample seed {sim.seed}")]
+
+
+def _names(spec: Spec, points: Sequence[Probe]) -> list[str]:
+    return ["loads", "watertight", "bodies", *_AXES, "volume", "through_holes", *(f"probe:{p.what}" for p in points)]
 
 
 def score(checks: Sequence[Check]) -> float:

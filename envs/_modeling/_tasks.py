@@ -37,10 +37,12 @@ ACTION_HELP = (
 
 
 def prompt(part: Part) -> str:
-    """The user message of a task: the instruction, its tolerances, how to act."""
+    """The user message of a task: the instruction, its tolerances (as rules, not the expected volume), how to act."""
     spec = part.spec
     return (f"{part.text}\n\nTolerances: every face of the model's bounding box within ±{spec['bounds_tol']:g} mm; "
-            f"volume within ±{spec['volume_tol']:,.1f} mm³ of the exact value.\n\n{ACTION_HELP}")
+            "the volume within 0.3% of the exact part's, plus 1% of every round feature's and 5% of every fillet's. "
+            "The grade also compares the model's shape with the exact part everywhere: build the part itself."
+            f"\n\n{ACTION_HELP}")
 
 
 def task(kind: str, seed: int) -> Task:

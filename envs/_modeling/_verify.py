@@ -10,7 +10,12 @@
    state.blend: no file the steps wrote, so geometry that depends on a file at evaluation time (a
    cache, a linked library, an import node) comes out empty. The exporter runs no agent code, with
    Blender's auto-run of embedded scripts off and its user directories pointing nowhere (`_blender.py`).
-3. Checks. `_mesh.check_model` on the exported mesh, on the host. Success = every check passes;
+3. Checks. `_mesh.grade_model` on the exported mesh, on the host: the structural checks the agent
+   saw (closed, bodies, extent, volume, through-holes; not the fixed feature points) and `shape`, the
+   worst regional IoU against the exact part (`_similarity`), on sample points drawn now with a fresh
+   seed (recorded in `details`), at least the kind's tolerance. The agent never sees `shape`: its
+   feedback quotes no expected value, so a part fitted to the feedback (a box or stepped block of the
+   right bounds and volume) is still far from the part, and fails here. Success = every check passes;
    reward = 1.0 on success, else 0.0 (binary: a bounding box of the right size passes the size checks,
    and partial credit would pay it for that; the environment's per-step reward is the graded one).
 
@@ -34,7 +39,8 @@ from sdk import Outcome, Task, Trajectory
 from sandboxes import Sandbox, SandboxPool
 from ._blender import STATE, Export, read_state, run_step, trusted_export
 from ._env import MAX_CODE_CHARS, code_of_action, code_of_call
-from ._mesh import Check, Spec, check_model, first_break, score
+from ._kinds import make_part
+from ._mesh import Check, Spec, check_model, first_break, grade_model, score
 from ._rules import refusal
 
 __all__ = ["ModelingVerifier", "step_codes"]
@@ -72,8 +78,11 @@ class ModelingVerifier:
             yield sb
 
     def verify(self, task: Task, trajectory: Trajectory) -> Outcome:
-        """Rebuild the model from the trajectory's steps and check it against `task.data["spec"]`."""
-        spec = Spec.from_data(task.data["spec"])
+        """Rebuild the model from the trajectory's steps and grade it against `task.data["spec"]`."""
+        data = task.data["spec"]
+        if "solid" not in data and "kind" in task.data:  # a task stored before the exact part was in its spec
+            data = make_part(str(task.data["kind"]), int(task.data["seed"])).spec
+        spec = Spec.from_data(data)
         t0 = time.monotonic()
         replayed, refused = 0, []
         history: list[tuple[int, Optional[dict[str, bool]]]] = []
@@ -85,7 +94,8 @@ class ModelingVerifier:
                 run = run_step(sb, code, index, python=self._python, timeout=self._timeout)
                 replayed += 1
                 if run.ok:
-                    history.append((index, {c.name: c.passed for c in check_model(run.mesh, spec, run.problem)}))
+                    checks = check_model(run.mesh, spec, run.problem, probes=False)
+                    history.append((index, {c.name: c.passed for c in checks}))
             try:
                 state = read_state(sb)
             except ValueError as e:
@@ -95,7 +105,7 @@ class ModelingVerifier:
                 if state is not None:
                     sb.write_file(STATE, state)
                 export = trusted_export(sb, python=self._python, timeout=self._timeout)
-        checks = check_model(export.mesh, spec, export.problem)
+        checks = grade_model(export.mesh, spec, export.problem)
         success = all(c.passed for c in checks)
         details: dict[str, Any] = {
             "score": round(score(checks), 4),
