@@ -167,21 +167,30 @@ main()
 '''
 
 # The judge: reads {nonce, prompt, test, entry_point, call_timeout} from stdin, prints one verdict line.
-_JUDGE = r'''
-import ctypes, os, select, subprocess, sys, threading, time, traceback
-''' + _CODEC + r'''
-
-class CandidateFailed(Exception):
-    pass
-
-
-def main():
+#: The first step of each judge script run in a sandbox (here and the integrity check's, `_verify.py`), which
+#: imports ctypes, json and sys first: read the spec (its secrets) from stdin, close it, and make the process
+#: non-dumpable (the candidate's processes, same uid, cannot ptrace it or read its memory through /proc).
+READ_SPEC = r'''
+def read_spec():
     spec = json.loads(sys.stdin.read())
     sys.stdin.close()
     try:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     except Exception:
         pass
+    return spec
+'''
+
+_JUDGE = r'''
+import ctypes, os, select, subprocess, sys, threading, time, traceback
+''' + _CODEC + READ_SPEC + r'''
+
+class CandidateFailed(Exception):
+    pass
+
+
+def main():
+    spec = read_spec()
     nonce, timeout = spec["nonce"], float(spec["call_timeout"])
     verdict = {"passed": False, "calls": 0}
     req_r, req_w = os.pipe()

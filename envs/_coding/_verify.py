@@ -76,7 +76,7 @@ from sdk import Outcome, Task, Trajectory
 from .._envs import SandboxSource, _Lease
 from sandboxes import Sandbox
 from ._env import MAX_FILES, RUN_TESTS, RUN_TESTS_SH, SOLUTION, VISIBLE_TESTS, sha256, workdir_files
-from ._hidden import run_hidden
+from ._hidden import READ_SPEC, run_hidden
 from ._humaneval import Problem, literal_calls, load_problems
 
 __all__ = ["Behaviour", "FinalState", "HiddenTests", "IntegrityCheck", "ProcessRun", "final_state", "observe"]
@@ -186,6 +186,7 @@ def main():
 # The trusted judge: reads the spec on stdin, rebuilds the workdir, runs both processes, prints one line.
 _JUDGE = r'''
 import ast, ctypes, importlib.machinery, json, marshal, os, signal, subprocess, sys, threading
+''' + READ_SPEC + r'''
 
 
 def tripwires(root, files):
@@ -251,12 +252,7 @@ def run(flags, src, args, root, timeout, made):
 
 
 def main():
-    spec = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    try:
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
-    except Exception:
-        pass
+    spec = read_spec()
     root = os.path.normpath(spec["root"])
     for rel, text in spec["write"].items():
         with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
