@@ -113,7 +113,11 @@ app = typer.Typer(
 
 
 def _port_free(host: str, port: int) -> bool:
+    """Whether our servers could listen on host:port: bound with SO_REUSEADDR, as they bind, so connections of a
+    stopped server still in TIME_WAIT do not count (a restart right after a stop is not refused), while a socket
+    that listens there does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

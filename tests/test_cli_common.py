@@ -124,3 +124,26 @@ def test_the_demo_refuses_an_algo_it_does_not_run_before_starting_anything(algo:
 
     res = CliRunner().invoke(app, ["demo", "--algo", algo])
     assert res.exit_code == 2 and message in " ".join(res.output.split()) and "Traceback" not in res.output
+
+
+def test_a_port_left_in_time_wait_is_free_and_a_listening_one_is_not() -> None:
+    """`looplift up`'s port check (`_port_free`). Broken variant: a bind without SO_REUSEADDR, which counts a
+    stopped server's TIME_WAIT connections as "already in use" and refuses a restart for about a minute."""
+    import socket
+
+    from looplift._cli import _port_free
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert not _port_free("127.0.0.1", port)  # something listens there
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            served, _ = listener.accept()
+            served.close()  # the server side closes first: its end of the connection goes to TIME_WAIT
+            client.recv(1)
+    with socket.socket() as plain:  # the TIME_WAIT is there: a bind without SO_REUSEADDR is refused
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    assert _port_free("127.0.0.1", port)
