@@ -16,6 +16,8 @@ import httpx
 
 #: Seconds for one call to the collector (it is on the same machine or network).
 TIMEOUT_S = 10.0
+#: Seconds the gateway's `/health` waits for the collector's.
+HEALTH_TIMEOUT_S = 2.0
 
 
 class CollectorUnavailable(Exception):
@@ -42,6 +44,16 @@ class CollectorLink:
         if r.status_code >= 500 or r.status_code in (401, 403):
             raise CollectorUnavailable(f"the collector at {self.url} answered {r.status_code} to {path}: {r.text[:300]}")
         return r
+
+    async def health(self) -> tuple[bool, str]:
+        """Whether the collector answers `GET /health` with 200 within HEALTH_TIMEOUT_S, and what to say if not."""
+        try:
+            r = await self._http.get("/health", timeout=HEALTH_TIMEOUT_S)
+        except httpx.HTTPError as e:
+            return False, f"not reachable at {self.url} ({type(e).__name__})"
+        if r.status_code != 200:
+            return False, f"{self.url} answered {r.status_code}: {r.text[:200]}"
+        return True, "ok"
 
     async def feedback(self, body: dict[str, Any]) -> httpx.Response:
         """`POST /v1/feedback`; the collector's answer (200, 404 for an unknown id, 422 for a bad body)."""

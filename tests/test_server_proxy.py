@@ -203,3 +203,32 @@ def test_hot_paths_answer_wrong_method_and_missing_key_in_openai_shape(fake: tup
         r = httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "policy", "messages": CHAT},
                        headers={"Authorization": "Bearer k1"})
         assert r.status_code == 200 and r.json()["model"] == "policy-v0"
+
+
+def test_health_is_ok_only_when_the_collector_is_ready_too(fake: tuple[FakeVLLM, ServerThread], tmp_path: Path) -> None:
+    """Broken variants: a /health that says "ok" while the collector it forwards feedback to is not up (a client
+    waiting for "ok" then gets 503 on feedback), or that takes the gateway out of rotation (503) for it."""
+    from server._vllm import free_port
+
+    collector_port = free_port()
+    settings = GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "state",
+                               collector_url=f"http://127.0.0.1:{collector_port}")
+    with start_gateway_in_thread(settings, fake[1].url, port=0) as gw:
+        h = httpx.get(f"{gw.url}/health", timeout=10)
+        assert h.status_code == 200 and h.json()["status"] == "degraded", h.text  # completions still served
+        assert h.json()["vllm"] == "ok" and "not reachable" in h.json()["collector"]
+        collector = FastAPI()
+        ready = {"ok": False}
+
+        @collector.get("/health")
+        async def collector_health() -> JSONResponse:
+            return JSONResponse({"status": "ok" if ready["ok"] else "unavailable"}, status_code=200 if ready["ok"] else 503)
+
+        with start_server_thread(collector, "127.0.0.1", collector_port, name="fake-collector", log_level="critical"):
+            h = httpx.get(f"{gw.url}/health", timeout=10).json()
+            assert h["status"] == "degraded" and "503" in h["collector"]
+            ready["ok"] = True
+            h = httpx.get(f"{gw.url}/health", timeout=10).json()
+            assert (h["status"], h["collector"], h["vllm"]) == ("ok", "ok", "ok")
+    with start_gateway_in_thread(GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "s2"), fake[1].url, port=0) as gw:
+        assert "collector" not in httpx.get(f"{gw.url}/health", timeout=10).json()  # none configured: not a part
