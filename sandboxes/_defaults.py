@@ -60,6 +60,9 @@ DEBIAN_SUITE = "bookworm"
 POOL_SIZE = 2
 #: Seconds an `acquire` that waits, while a sandbox start has failed, lets pass before it retries the start.
 START_RETRY_S = 1.0
+#: Seconds between a pool's checks of its idle sandboxes: one that died while idle (killed, OOM, removed by hand)
+#: is replaced then, before an acquire meets it and waits for a start.
+IDLE_CHECK_S = 5.0
 
 # ---- several engines (`_engines.py`) -----------------------------------------------------------
 #: Environment variable listing the Docker engines a pool spreads over: `URL[#CAPACITY]`, spaces or commas.

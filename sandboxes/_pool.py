@@ -4,8 +4,9 @@ Starting a container takes ~0.3–1 s; an exec in a warm one tens of millisecond
 to `size` sandboxes and hands out only live ones: `acquire()` checks that the sandbox still runs
 (a container that died, was killed or was removed by hand is closed and replaced, never handed
 out), and a returned sandbox is reset (processes killed, workdir emptied) on a background thread
-before anyone gets it again. Failed or dead sandboxes are replaced in the background too; a start that
-failed is retried by the next `acquire`, and every START_RETRY_S by an `acquire` that is waiting.
+before anyone gets it again. Failed or dead sandboxes are replaced in the background too (an idle one that
+died is found within IDLE_CHECK_S, so the next acquire does not wait for its replacement to start); a start
+that failed is retried by the next `acquire`, and every START_RETRY_S by an `acquire` that is waiting.
 
 Thread-safe: many episodes may acquire from worker threads at once; `aacquire()` is the same for
 asyncio code (the blocking parts run in a thread). `size` bounds the sandboxes alive at once, so
@@ -103,6 +104,8 @@ class SandboxPool:
             self._all.add(first)
             self._idle.append(first)
         self._refill()
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch_idle, name="sandbox-pool-watch", daemon=True).start()
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -159,6 +162,7 @@ class SandboxPool:
             if self._closed:
                 return
             self._closed = True
+            self._stop.set()
             everything = list(self._all)
             self._all.clear()
             self._idle.clear()
@@ -212,6 +216,25 @@ class SandboxPool:
                 return self._idle.popleft() if self._idle else None
             self._cond.wait(left)
         return self._idle.popleft()
+
+    def _watch_idle(self) -> None:
+        """Every IDLE_CHECK_S, replace the idle sandboxes whose container died (outside the lock: an engine round
+        trip each). One an acquire took meanwhile is left to that acquire's own check."""
+        while not self._stop.wait(_defaults.IDLE_CHECK_S):
+            with self._cond:
+                idle = list(self._idle)
+            for sandbox in idle:
+                try:
+                    alive = sandbox.is_alive()
+                except Exception:  # noqa: BLE001 - a sandbox that cannot say it is alive is replaced
+                    alive = False
+                if alive or self._stop.is_set():
+                    continue
+                with self._cond:
+                    if sandbox not in self._idle:
+                        continue
+                    self._idle.remove(sandbox)
+                self._discard(sandbox)
 
     def _give_back(self, sandbox: Sandbox) -> None:
         with self._cond:

@@ -548,6 +548,26 @@ def test_a_waiting_acquire_retries_a_start_that_failed() -> None:
                 assert second is not first and second.exec(["true"]).ok
 
 
+def test_an_idle_sandbox_that_dies_is_replaced_before_anyone_asks() -> None:
+    """Broken variant: a dead idle sandbox found only by the next acquire, which then waits for a start. The
+    pool's watch (every IDLE_CHECK_S) replaces it while nobody holds the pool."""
+    from sandboxes import _defaults
+
+    pool = SandboxPool(lambda: LocalSandbox(FAST), size=1)
+    try:
+        assert pool.wait_ready(10)
+        with pool.acquire() as s:
+            first = s
+        wait_until(lambda: pool.stats().idle == 1, "the reset")
+        first.close()  # dies while idle
+        wait_until(lambda: pool.stats().replaced == 1 and pool.stats().idle == 1, "the dead idle one replaced",
+                   timeout=_defaults.IDLE_CHECK_S * 3)
+        with pool.acquire(timeout=0.5) as s:  # warm at once: no start left to wait for
+            assert s is not first and s.is_alive()
+    finally:
+        pool.close()
+
+
 def test_pool_never_hands_out_dead_local_sandbox() -> None:
     pool = SandboxPool(lambda: LocalSandbox(FAST), size=1)
     try:
