@@ -9,10 +9,10 @@ For each HumanEval problem:
      near the range seen, strings and lists shuffled, shortened, lengthened; three problems without literal
      inputs draw theirs from a small table), seeded by `seed` and the problem, never equal to an input
      of `check`; the expected value of each is what the canonical solution returns, computed *in the
-     build's sandbox* (`_REFERENCE`: 0.25 s a call, run twice, plain data only, else the input is
-     discarded). At least `max(CASES_MIN, n + 1)` of them (n: the self-contained asserts), so the
-     hidden set outnumbers any task's visible one; the canonical solution must pass them through the
-     judge;
+     build's sandbox* (`_REFERENCE`: 0.25 s of CPU a call — CPU, not wall time, so a loaded machine builds
+     the same cases — run twice, plain data only, else the input is discarded). At least
+     `max(CASES_MIN, n + 1)` of them (n: the self-contained asserts), so the hidden set outnumbers any
+     task's visible one; the canonical solution must pass them through the judge;
   3. for each injector, its sites are tried in an order shuffled by `seed` (stable per problem and
      injector) until `per_pair` of them give a bug that *fails* the HumanEval tests without timing out
      (a bug that passes is an equivalent mutant; one that hangs would make every episode on it slow)
@@ -91,7 +91,7 @@ def slow(*_):
     raise TimeoutError
 
 
-signal.signal(signal.SIGALRM, slow)
+signal.signal(signal.SIGPROF, slow)
 out = []
 for text in spec["inputs"]:
     try:
@@ -100,11 +100,11 @@ for text in spec["inputs"]:
             args = (prepare(*args),)
         got = []
         for _ in range(2):
-            signal.setitimer(signal.ITIMER_REAL, spec["call_timeout"])
+            signal.setitimer(signal.ITIMER_PROF, spec["call_timeout"])  # CPU seconds: the same under load
             try:
                 v = fn(*copy.deepcopy(args))
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(signal.ITIMER_PROF, 0)
             got.append(repr(v) if plain(v) else None)
         ok = got[0] is not None and got[0] == got[1] and plain(args) and repr(ast.literal_eval(got[0])) == got[0]
         out.append([repr(args), got[0] if ok else None])
