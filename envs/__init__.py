@@ -19,15 +19,18 @@ from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, demonstration, held_
 from ._arithmetic_suite import arithmetic_suite
 from ._envs import CodeEnv, ShellEnv, with_pool_stats
 from ._families import build_coding_tasks, env_families
-from ._pools import BACKEND_ENV, POOL_SIZE_ENV
+from ._pools import BACKEND_ENV, HOST_FIX, HOST_WARNING, POOL_SIZE_ENV, UNSAFE_ENV
 
 __all__ = [
     "ArithmeticEnv",
     "ArithmeticVerifier",
     "BACKEND_ENV",
     "CodeEnv",
+    "HOST_FIX",
+    "HOST_WARNING",
     "POOL_SIZE_ENV",
     "ShellEnv",
+    "UNSAFE_ENV",
     "arithmetic_suite",
     "build_coding_tasks",
     "demonstration",

@@ -28,8 +28,8 @@ import threading
 from sandboxes import EngineUnavailableError, SandboxConfig, SandboxPool, SandboxStartError, make_pool
 from sandboxes import defaults as sandbox_defaults
 
-__all__ = ["BACKEND_ENV", "POOL_SIZE_ENV", "UNSAFE_ENV", "FamilyPools", "family_backend", "family_pool_size",
-           "start_family_pool"]
+__all__ = ["BACKEND_ENV", "HOST_FIX", "HOST_WARNING", "POOL_SIZE_ENV", "UNSAFE_ENV", "FamilyPools", "family_backend",
+           "family_pool_size", "start_family_pool"]
 
 #: Environment variables task families read when not told: the backend (`looplift env try --sandbox`) and
 #: their pools' size (`looplift env try --concurrency`).
@@ -38,9 +38,12 @@ POOL_SIZE_ENV = "LOOPLIFT_SANDBOX_POOL"
 #: Set to 1 (by `--unsafe`) to let `$LOOPLIFT_SANDBOX=local` through: see the module docstring.
 UNSAFE_ENV = "LOOPLIFT_SANDBOX_UNSAFE"
 
-#: How to get a sandbox that does not see the host, or to opt out knowingly: the end of every refusal.
-FIX = ("start Docker (`scripts/setup_docker.sh`, then `looplift sandbox build-image`), or, knowing that model code "
-       "then sees this machine's files, pass `--sandbox local --unsafe` (in code: backend=\"local\")")
+#: How to get a sandbox that does not see the host, or to opt out knowingly: the end of every refusal (here,
+#: `looplift env try`, `looplift demo`).
+HOST_FIX = ("start Docker (`scripts/setup_docker.sh`, then `looplift sandbox build-image`), or, knowing that model "
+            "code then sees this machine's files, pass `--sandbox local --unsafe`")
+FIX = HOST_FIX + ' (in code: backend="local")'
+#: What is printed or logged wherever local sandboxes start for a family, the gate or the demo.
 HOST_WARNING = ("the local sandbox backend runs model code on this host: it can read this machine's files (the "
                 "checkout, installed packages and their data), so scores from it can be earned by reading them; "
                 "use Docker for training and gates")

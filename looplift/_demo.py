@@ -163,7 +163,7 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
     from sandboxes import EngineUnavailableError, SandboxStartError, make_pool
     from server import GatewaySettings
 
-    from ._env_cli import HOST_FIX, HOST_WARNING
+    from envs import HOST_FIX, HOST_WARNING
 
     con = console or Console()
     t_start = time.monotonic()

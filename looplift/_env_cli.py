@@ -45,13 +45,6 @@ _err = Console(stderr=True)
 _BAD_INPUT = 2
 #: The exit code when a cheat scored above 0.
 _CHEAT_SCORED = 1
-#: What the families' pools read (envs._pools: BACKEND_ENV is public; UNSAFE_ENV lets `local` through).
-UNSAFE_ENV = "LOOPLIFT_SANDBOX_UNSAFE"
-#: How to get a sandbox that does not see the host, or to opt out knowingly (`looplift env try`, `looplift demo`).
-HOST_FIX = ("start Docker (`scripts/setup_docker.sh`, then `looplift sandbox build-image`), or, knowing that model "
-            "code then sees this machine's files, pass --sandbox local --unsafe")
-HOST_WARNING = ("the local sandbox backend runs model code on this host: it can read this machine's files (the "
-                "checkout, installed packages and their data), so a score there can be earned by reading them")
 
 
 def _families() -> dict[str, Callable[[], EnvFamily]]:
@@ -196,7 +189,7 @@ def _choose_sandbox(sandbox: Optional[str], unsafe: bool, trusted: bool) -> None
     own policies (`trusted`) it is used when asked or when Docker does not answer, with a warning; for a
     PKG.MODULE:ATTR policy only with `--sandbox local --unsafe`, and never as a fallback.
     """
-    from envs import BACKEND_ENV
+    from envs import BACKEND_ENV, HOST_FIX, HOST_WARNING, UNSAFE_ENV
 
     if sandbox == "local" and not (unsafe or trusted):
         cli_fail("refusing to run a PKG.MODULE:ATTR policy on the local sandbox backend: it sees this machine's "

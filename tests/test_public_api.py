@@ -54,7 +54,8 @@ EXPECTED = {
                   "SandboxConfig", "SandboxError", "SandboxFileError", "SandboxPool", "SandboxStartError",
                   "EnvSnapshot", "build_image", "choose_backend", "defaults", "detect_backend", "make_pool", "make_sandbox",
                   "reap_orphans"},
-    "envs": {"ArithmeticEnv", "ArithmeticVerifier", "BACKEND_ENV", "CodeEnv", "POOL_SIZE_ENV", "ShellEnv", "arithmetic_suite",
+    "envs": {"ArithmeticEnv", "ArithmeticVerifier", "BACKEND_ENV", "CodeEnv", "HOST_FIX", "HOST_WARNING", "POOL_SIZE_ENV",
+             "ShellEnv", "UNSAFE_ENV", "arithmetic_suite",
              "build_coding_tasks", "demonstration", "env_families", "held_out_tasks", "training_tasks", "with_pool_stats"},
     "looplift": {"main"},
 }
