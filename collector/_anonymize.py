@@ -14,13 +14,17 @@ Runs on every ingest (`Store.add_trajectories`, `Store.add_feedback`) and behind
   `password:`, `Bearer ...`, `mysql -p'...'`, "my password is ..."). Every context rule (`_pii_context`) matches whole
   words: "server 10.2.3.4" is an address, "version 10.2.3.4" is not;
 - a token classifier for person names and street addresses (`_names`): logistic regression over
-  word features and gazetteers, trained on generated text the first time it is needed.
+  word features and gazetteers, trained on generated text the first time it is needed, with rules
+  around it: names joined by particles or standing in lowercase prose, the values of person fields
+  (`"recipient": ...`), names in scripts without capitals (`_script_names`), and addresses made
+  whole from street to city with the world's postcode formats (`_address_rules`).
 
 How well this generalizes is measured on text this project did not generate, with a hold-out
 kept out of tuning: `bench/anonymize_eval.py`.
 
 Overlaps are resolved by tier (URL credentials first, then the other rules, then names and
-addresses), then longest first, then by how specific the kind is, so a card number is never
+addresses; a name or address span that runs over a rule's span keeps what lies outside it), then
+longest first, then by how specific the kind is, so a card number is never
 half-replaced as a phone and `admin:pw@db.example.com` never loses `pw@db.example.com` as an e-mail.
 The name model sees the text with keys, tokens and e-mails already blanked out.
 
@@ -54,6 +58,7 @@ from sdk import Trajectory, wire
 
 from . import _pii_scan, _pseudonyms
 from ._defaults import ENV_PSEUDONYM_KEY
+from ._name_features import _UPPER
 from ._pseudonyms import MODES
 
 #: File under `$LOOPLIFT_HOME` holding that key when the variable is unset (created 0600 on first use).
@@ -69,6 +74,10 @@ _STRUCTURAL_KEYS = frozenset(
 
 _NAME_TIER, _PERSON_RANK, _ADDRESS_RANK = 2, 30, 31
 _MEMO_MAX_LEN, _MEMO_SIZE = 256, 65_536
+_STREET_AND_NUMBER = re.compile(r"[^\W\d_]{2,}\.?[ \t]\d|\d[\w/-]*[ \t][^\W\d_]{2,}")
+_COUNTRY_CODE_BEFORE = re.compile(r"\(\+\d{1,4}\)[ \t]?\Z")
+_NAME_WORD = rf"{_UPPER}[^\W\d_]+(?:['’-][^\W\d_]+)*"
+_CAPITALIZED_RUN = re.compile(rf"(?<![\w'’-]){_NAME_WORD}(?:[ \t]{_NAME_WORD}){{1,3}}(?![\w'’-])")
 _TRIVIAL = re.compile(r"[a-z_ .,;!?'()\n]*")
 
 
@@ -191,12 +200,16 @@ class Anonymizer:
     def _detect(self, text: str) -> list[tuple[int, int, str, str]]:
         cands, masked = _pii_scan.find_masked(text)
         if self.names:
-            for s, e, kind in (self._name_model or self.name_model()).find(masked):
+            found = (self._name_model or self.name_model()).find(masked)
+            if cands and found:
+                found = _outside(masked, found, cands)
+            for s, e, kind in found:
                 key = " ".join(text[s:e].lower().replace(",", " ").split())
                 cands.append((s, e, _NAME_TIER, _PERSON_RANK if kind == "PERSON" else _ADDRESS_RANK, kind, key))
         if len(cands) > 1:
             cands = _select(cands)
-        return [(s, e, kind, key) for s, e, _t, _r, kind, key in cands]
+        return [(_with_country_code(text, s) if kind == "PHONE" else s, e, kind, key)
+                for s, e, _t, _r, kind, key in cands]
 
     # -- replacement -------------------------------------------------------------------------
 
@@ -338,6 +351,49 @@ def _dumps_like(value: Any, original: str) -> str:
     if indent:
         return json.dumps(value, ensure_ascii=ascii_only, indent=indent)
     return json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":") if compact else (", ", ": "))
+
+
+def _outside(text: str, spans: list[tuple[int, int, str]],
+             rules: list[tuple[int, int, int, int, str, str]]) -> list[tuple[int, int, str]]:
+    """The name model's spans with the parts that rule spans (IBANs, phones, cards) cover cut out.
+
+    The model reads numbers as tokens, so an address it finds may run over the IBAN before it
+    ("AT61 1904 ..., Kontoinhaber Florian Gruber, Herrengasse 16, 8010 Graz"); `_select` would drop the
+    whole span for overlapping the IBAN, and the name and address with it. What is left on each side
+    stays, trimmed of separators: an address part only if it still has a word next to a number
+    ("Herrengasse 16"), else the runs of two to four capitalized words in it as names, else nothing
+    ("Mastercard")."""
+    out: list[tuple[int, int, str]] = []
+    for s, e, kind in spans:
+        pieces = [(s, e)]
+        for c in rules:
+            rs, r_end = c[0], c[1]
+            if rs < e and s < r_end:
+                pieces = [p for a, b in pieces for p in ((a, min(b, rs)), (max(a, r_end), b)) if p[0] < p[1]]
+        if pieces == [(s, e)]:
+            out.append((s, e, kind))
+            continue
+        for a, b in pieces:
+            while a < b and not text[a].isalnum():
+                a += 1
+            while b > a and not (text[b - 1].isalnum() or text[b - 1] == "."):
+                b -= 1
+            piece = text[a:b]
+            if kind == "PERSON" or _STREET_AND_NUMBER.search(piece):
+                if any(ch.isalpha() for ch in piece):
+                    out.append((a, b, kind))
+            else:  # what is left of an "address" may hold a name: "Inhaber Lukas Brunner", "Sokrat Vrabel gave"
+                out.extend((a + m.start(), a + m.end(), "PERSON") for m in _CAPITALIZED_RUN.finditer(piece)
+                           if not any(w.isupper() for w in m.group(0).split()))
+    return out
+
+
+def _with_country_code(text: str, start: int) -> int:
+    """Where a phone number starts once a country code in brackets before it is counted: "(+971) 52 473 1591"
+    (the detectors match the national number; the code alone identifies no one, but left behind it tells
+    the country)."""
+    m = _COUNTRY_CODE_BEFORE.search(text, max(0, start - 9), start)
+    return m.start() if m else start
 
 
 def _select(cands: list[tuple[int, int, int, int, str, str]]) -> list[tuple[int, int, int, int, str, str]]:

@@ -3,8 +3,10 @@
 per-offset contributions; decoding adds hysteresis for names and joins addresses across commas,
 line breaks and postcodes.
 
-Deliberately not here: word features (`_name_features`), training and caching the weights (`_name_train`,
-`_names`), and the structured detectors (e-mail, phone, ...), which run before this model (`_pii_scan`).
+Deliberately not here: word features (`_name_features`), the decoding rules that need no weights
+(`_name_rules`: the window's labels, names after titles, person fields, addresses made whole), training and
+caching the weights (`_name_train`, `_names`), and the structured detectors (e-mail, phone, ...), which run
+before this model (`_pii_scan`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from ._name_features import _DIGITS_TO_ZERO, _HAS_DIGIT, _PAD_L, _PAD_R, _UPPER, OFFSETS, TOKEN, Featurizer, _shape
+from ._address_rules import AddressRules
+from ._script_names import ScriptNames, script_names
+from ._name_features import _DIGITS_TO_ZERO, _HAS_DIGIT, _UPPER, OFFSETS, TOKEN, Featurizer, _shape
+from ._name_rules import (_ADDRESS, _O, _PARTICLES, _PERSON, _SHORT_TEXT, _TITLE_FORMS, _drop_punctuation_addresses,
+                          _join_address, _label_after_titles, _label_runs, _merge_spans, _name_fields, _runs, _Window)
 
 _ZERO = (0.0,) * (2 * len(OFFSETS))
 #: A word's contributions (`NameModel._contrib`) are (PERSON, ADDRESS) pairs, one per offset of OFFSETS from the
@@ -24,13 +30,12 @@ _ZERO = (0.0,) * (2 * len(OFFSETS))
 _PERSON_COLS = tuple(2 * k for k in range(len(OFFSETS)))
 _ADDRESS_COLS = tuple(2 * k + 1 for k in range(len(OFFSETS)))
 
-#: Token labels: none, part of a name, part of an address.
-_O, _PERSON, _ADDRESS = 0, 1, 2
+# Particles that come capitalized or are rarer ("Pier Paolo Lo Russo", "Björn af Klintberg", "Niamh Ní Bhriain").
+_MORE_PARTICLES = frozenset({"lo", "af", "av", "mac", "mc", "ní", "nic", "ó", "ua", "ap", "ben", "bat", "abu",
+                             "des", "degli", "dei", "delle", "van't", "vom", "zum", "zur", "i"})
 
-# Lowercase words that belong to names: "Ludwig van Beethoven", "Jean de la Fontaine".
-_PARTICLES = frozenset({"van", "von", "de", "der", "den", "del", "della", "di", "da", "dos", "das", "do", "du",
-                        "la", "le", "ten", "ter", "zu", "bin", "ibn", "al", "el", "y", "e"})
-
+_ARTICLES = frozenset({"the", "a", "an", "this", "that", "our", "your", "my", "their", "its", "le", "la", "les", "der",
+                       "die", "das", "el", "los", "las", "il", "lo", "de", "het", "een", "of", "in", "on", "at", "for"})
 
 # Words after which a capitalized word is likely a person or a place.
 _NAME_CONTEXT = frozenset({
@@ -53,126 +58,7 @@ _NAME_AFTER = frozenset({
 })
 _WORD = re.compile(r"[a-z]+")
 _PREV_WORDS = re.compile(r"\w+").findall
-# Honorifics after which a capitalized word is a person whatever else it could be ("Ms. Post").
-_TITLES = frozenset({"mr", "mrs", "ms", "miss", "mx", "dr", "prof", "sir", "dame", "herr", "frau", "mme", "mlle",
-                     "sr", "sra", "srta", "sig", "dott", "dhr", "mevr", "pan", "pani", "rev", "capt"})
-_TITLE_FORMS = frozenset(f for t in _TITLES for f in (t.capitalize(), t.upper()))
 _SPLIT_NAME = re.compile(r"['’\-]").split
-
-
-def _BRIDGE(w: str) -> bool:
-    """Tokens that may sit between a street and a city: ",", a line break, a postcode ("80882", "H-2048")."""
-    return w in (",", "\n") or any(ch.isdigit() for ch in w)
-
-
-class _Window:
-    """One window's words and, per word, what decoding has found out: its label, whether the model has scored
-    it, and its PERSON score (-1e9 until scored). Token `i` is `words[i]` in every list."""
-
-    __slots__ = ("words", "n", "labels", "scored", "person_score", "_padded")
-
-    def __init__(self, words: list[str]) -> None:
-        self.words = words
-        self.n = len(words)
-        self.labels = [_O] * self.n
-        self.scored = [False] * self.n
-        self.person_score = [-1e9] * self.n
-        # Pads past both edges give every word a neighbour at each offset of OFFSETS (-2..+2, contiguous).
-        self._padded = [_PAD_L] * -OFFSETS[0] + words + [_PAD_R] * OFFSETS[-1]
-
-    def context(self, i: int) -> list[str]:
-        """The words at OFFSETS around word `i`, in OFFSETS order (pads past the edges of the window)."""
-        return self._padded[i:i + len(OFFSETS)]  # padded[i] is the word at OFFSETS[0] from word i
-
-    def neighbours(self, tokens: list[int]) -> list[int]:
-        """The words just before and after each of `tokens` (in that order) that exist."""
-        n = self.n
-        return [j for i in tokens for j in (i - 1, i + 1) if 0 <= j < n]
-
-
-def _label_after_titles(win: _Window) -> bool:
-    """"Ms. Post", "Dr. Lindgren": a capitalized word after a title is a person; whether one was labelled."""
-    labels, words = win.labels, win.words
-    any_found = False
-    for title in [i for i, w in enumerate(words) if w in _TITLE_FORMS]:
-        with_dot = title + 1 < win.n and words[title + 1] == "."
-        name = title + 2 if with_dot else title + 1
-        if name < win.n and labels[name] == _O:
-            w = words[name]
-            if w[0].isupper() and not w.isupper() and w.isalpha():
-                labels[name] = _PERSON
-                any_found = True
-                if win.person_score[name] < 0:
-                    win.person_score[name] = 0.0
-    return any_found
-
-
-def _label_runs(labels: list[int]) -> list[tuple[int, int, int]]:
-    """(first, last, label) of every maximal run of one label other than O, in order."""
-    out = []
-    i, n = 0, len(labels)
-    while i < n:
-        lab = labels[i]
-        if lab == _O:
-            i += 1
-            continue
-        j = i
-        while j + 1 < n and labels[j + 1] == lab:
-            j += 1
-        out.append((i, j, lab))
-        i = j + 1
-    return out
-
-
-def _runs(labels: list[int], lab: int) -> list[tuple[int, int]]:
-    """(first, last) token of every maximal run of `lab` in `labels`."""
-    return [(i, j) for i, j, run_lab in _label_runs(labels) if run_lab == lab]
-
-
-def _drop_punctuation_addresses(labels: list[int], words: list[str]) -> None:
-    """An ADDRESS run of commas and line breaks alone is none (it would pull a name next to it in)."""
-    for i, j in _runs(labels, _ADDRESS):
-        if not any(w[0].isalnum() for w in words[i:j + 1]):
-            for k in range(i, j + 1):
-                labels[k] = _O
-
-
-def _join_address(labels: list[int], words: list[str]) -> None:
-    """Make addresses whole. PERSON tokens next to ADDRESS tokens (directly, or across line
-    breaks, commas and postcodes) are part of the address: "Plaza [Carlito] Riquelme 55",
-    "75002 [Paris]"; an address continues across its commas and line breaks and takes its
-    trailing postcode ("NW1 6XE")."""
-    n = len(words)
-    for i, j in _runs(labels, _PERSON):
-        span = None
-        k = i - 1
-        while k >= 0 and i - k <= 3 and labels[k] == _O and _BRIDGE(words[k]):
-            k -= 1
-        if k >= 0 and labels[k] == _ADDRESS:
-            span = (k + 1, j)
-        else:
-            k = j + 1
-            while k < n and k - j <= 3 and labels[k] == _O and _BRIDGE(words[k]):
-                k += 1
-            # A name then a comma or a line break then an address is a name and its address
-            # ("Giulia Bianchi, Via Roma 10"); joined only when adjacent or across a number.
-            if k < n and labels[k] == _ADDRESS and (k == j + 1 or any(_HAS_DIGIT(w) for w in words[j + 1:k])):
-                span = (i, k - 1)
-        if span is not None:
-            for k in range(span[0], span[1] + 1):
-                labels[k] = _ADDRESS
-    for i in range(n - 2, -1, -1):  # a house number before the street: "957 Bjørnheimveien"
-        if labels[i] == _O and labels[i + 1] == _ADDRESS:
-            w = words[i]
-            if len(w) <= 6 and w[0].isdigit() and w.isalnum():
-                labels[i] = _ADDRESS
-    for i in range(1, n):
-        if labels[i] == _O and labels[i - 1] == _ADDRESS:
-            w = words[i]
-            if w in (",", "\n") and i + 1 < n and labels[i + 1] == _ADDRESS:
-                labels[i] = _ADDRESS
-            elif len(w) <= 8 and w.isalnum() and _HAS_DIGIT(w):
-                labels[i] = _ADDRESS
 
 
 class NameModel:
@@ -206,10 +92,21 @@ class NameModel:
         # means a match can only start inside a word after a lowercase letter: "iPhone".)
         self._cand = re.compile(_UPPER + r"\w*(?:['’\-]\w+)*")
         self._lock = threading.Lock()
+        self._address_rules: AddressRules | None = None
+        self._name_like_memo: dict[str, bool] = {}
+        # Capitalized particles inside names ("Pier Paolo Lo Russo", "Jean de La Fontaine", "Wouter Van Damme").
+        self._particles_any = frozenset(x for w in _PARTICLES | _MORE_PARTICLES for x in (w, w.capitalize()))
+
+    def address_rules(self) -> AddressRules:
+        """The postal rules that make addresses whole (`_address_rules`), built on first use."""
+        if self._address_rules is None:
+            self._address_rules = AddressRules(self._skip.__contains__, self._is_street)
+        return self._address_rules
 
     def clear_cache(self) -> None:
         """Forget the per-word contributions (benchmarks: measure as if every word were new)."""
         self._memo.clear()
+        self._name_like_memo.clear()
 
     def _contrib(self, w: str) -> tuple[float, ...]:
         """(P_-2, A_-2, P_-1, A_-1, ..., P_+2, A_+2): this word's score contributions at each offset."""
@@ -300,12 +197,29 @@ class NameModel:
         return not ("_" in w and w.split("_", 1)[0].isupper())
 
     def find(self, text: str) -> list[tuple[int, int, str]]:
-        """(start, end, kind) spans of PERSON / ADDRESS in `text`, sorted, non-overlapping."""
-        cands = self._candidates(text)
-        if cands:
-            cands = self._evidence(text, cands)
-        if not cands:
+        """(start, end, kind) spans of PERSON / ADDRESS in `text`, sorted, non-overlapping: the model's
+        spans, then addresses made whole by the postal rules (`_address_rules`)."""
+        starts = self._candidates(text)
+        cands = self._evidence(text, starts) if starts else starts
+        spans = self._find(text, cands) if cands else []
+        if ("=" in text or ":" in text) and (starts or len(text) <= _SHORT_TEXT) and \
+                (fields := _name_fields(text, starts, self._skip)):
+            spans = _merge_spans(spans, fields)
+        other_script = not text.isascii() and ScriptNames.applies(text)
+        if other_script:  # names in scripts without capitals ("王小明", "أحمد حسن")
+            found = script_names().find(text)
+            if found:
+                spans = _merge_spans(spans, found)
+        elif not cands and not spans:
             return []
+        # The postal rules (`_address_rules`): where an address was found, or could be (a number and a
+        # separator; in other scripts a number is enough: "東京都渋谷区渋谷2-21-1").
+        if any(k == "ADDRESS" for _s, _e, k in spans) or (_HAS_DIGIT(text) and (
+                other_script or "," in text or "\n" in text)):
+            spans = self.address_rules().complete(text, spans)
+        return spans
+
+    def _find(self, text: str, cands: list[int]) -> list[tuple[int, int, str]]:
         n = len(text)
         if n <= 160:
             return self._window(text, 0, n)
@@ -342,12 +256,16 @@ class NameModel:
         win = _Window(words)
         found_by_score = self._label_by_score(win, seeds)
         found_by_title = _label_after_titles(win)
-        if not (found_by_score or found_by_title):
+        # (Two capitalized words close together, or there is no name of several words to find.)
+        found_by_names = any(b - a <= 4 for a, b in zip(seeds, seeds[1:])) and self._label_known_names(win, seeds)
+        if not (found_by_score or found_by_title or found_by_names):
             return []
         self._grow_names(win)
         self._join_inverted_names(win)
+        self._join_comma_names(win)
         if _ADDRESS in win.labels:
             _drop_punctuation_addresses(win.labels, words)
+            self._drop_wordless_addresses(win)
             _join_address(win.labels, words)
         return self._spans(text, ws, we, win)
 
@@ -379,6 +297,97 @@ class NameModel:
             todo = [j for j in win.neighbours(found) if not scored[j]]
         return any_found
 
+    def _drop_wordless_addresses(self, win: _Window) -> None:
+        """An ADDRESS run with no capitalized word, no digit and no street word ("soy" before "María José
+        García") is none; left in, `_join_address` would pull the name next to it into a rejected address."""
+        labels, words = win.labels, win.words
+        for i, j in _runs(labels, _ADDRESS):
+            run = words[i:j + 1]
+            if not any(w[0].isupper() or _HAS_DIGIT(w) or self._is_street(w) for w in run):
+                for k in range(i, j + 1):
+                    labels[k] = _O
+
+    def _label_known_names(self, win: _Window, seeds: list[int]) -> bool:
+        """Capitalized words joined by spaces and name particles, one of them a known first name and
+        each a name ("María José García de la Fuente", "Pier Paolo Lo Russo", "Mary-Kate O'Brien"): a
+        person, whatever the model's context made of it. No street or common word may be among them
+        ("Rue de la Paix", "Grace period"). Whether one was labelled."""
+        words, labels, n = win.words, win.labels, win.n
+        any_found = False
+        name_like = self._name_like
+        done = -1
+        for i in seeds:  # a name starts at a capitalized word, and those are the seeds
+            if i <= done or not (words[i][0].isupper() and name_like(words[i])):
+                continue
+            j, names, particle = i, [i], False
+            while j + 1 < n:
+                k = j + 1
+                while k < n and words[k] in self._particles_any and k - j <= 3:
+                    k += 1
+                if k < n and self._name_like(words[k]):
+                    particle = particle or k > j + 1
+                    names.append(k)
+                    j = k
+                else:
+                    break
+            firsts = sum(1 for t in names if self._first_name(words[t]))
+            known = sum(1 for t in names if self._known_name(words[t]))
+            # A first name and another known name, or a first name and a particle ("Jean-Baptiste de La X"),
+            # or two name-shaped words inside lowercase prose ("caller Aiga Pole gave").
+            # (Tokens the model took for an address are relabelled: name-like words are no street words, and
+            # `_join_address` joins a name that sits inside an address back into it.)
+            if 2 <= len(names) <= 6 and ((firsts and (known >= 2 or particle)) or self._in_prose(win, i, j, names)):
+                for t in range(i, j + 1):
+                    if labels[t] != _PERSON:
+                        labels[t] = _PERSON
+                        if win.person_score[t] < 0:
+                            win.person_score[t] = 0.0
+                any_found = True
+            done = j
+        return any_found
+
+    def _in_prose(self, win: _Window, i: int, j: int, names: list[int]) -> bool:
+        """Tokens i..j, name-shaped words, sit inside lowercase prose: a lowercase word before them that is
+        no article ("the Mobile App"), none of them a known city or a street ("San Francisco",
+        "Reishauerstrasse"). In running text two such capitalized words together are a proper name; the
+        rest of this model would need one of them in a gazetteer."""
+        words = win.words
+        if i == 0 or not words[i - 1].isalpha() or not words[i - 1].islower() or words[i - 1] in _ARTICLES:
+            return False
+        if j + 1 < win.n and words[j + 1][0].isupper():
+            return False
+        city, is_street = self.feat.city, self._is_street
+        return not any(words[t].lower() in city or is_street(words[t]) for t in names)
+
+    def _name_like(self, w: str) -> bool:
+        """A capitalized word that could be part of a name: letters (with ' and -), not a common word,
+        not a street word, not an acronym (memoized per word, like the model's scores)."""
+        got = self._name_like_memo.get(w)
+        if got is None:
+            got = self._name_like_memo[w] = self._is_name_like(w)
+            if len(self._name_like_memo) > 100_000:
+                self._name_like_memo.clear()
+        return got
+
+    def _is_name_like(self, w: str) -> bool:
+        if not w[0].isupper() or w in self._skip or w in self._particles_any or w in _TITLE_FORMS:
+            return False
+        if w.isupper() and len(w) > 1:
+            return False
+        lw = w.lower()
+        return all(p.isalpha() for p in _SPLIT_NAME(lw) if p) and lw not in self.feat.street \
+            and lw not in self.feat.common
+
+    def _first_name(self, w: str) -> bool:
+        """A known first name, whole or as the first part of a compound ("Jean-Baptiste", "Anne-Sophie")."""
+        lw = w.lower()
+        return lw in self.feat.first or _SPLIT_NAME(lw)[0] in self.feat.first
+
+    def _known_name(self, w: str) -> bool:
+        parts = [p for p in _SPLIT_NAME(w.lower()) if len(p) > 1]
+        names = self._names_lower
+        return bool(parts) and all(p in names for p in parts)
+
     def _grow_names(self, win: _Window) -> None:
         """Hysteresis: a capitalized word next to a found name joins it on a weaker score ("Dawid" before
         "Gierek"): the linear model cannot see its neighbour's label."""
@@ -408,6 +417,34 @@ class NameModel:
                     and not (after < win.n and labels[after] == _PERSON):
                 if self._person_score_of(win, first) > -self.extend_margin:
                     labels[comma] = labels[first] = _PERSON
+
+    def _join_comma_names(self, win: _Window) -> None:
+        """"Grinius, Markas", "Boer, Udo": a surname, a comma and a first name, one of the two found or known, the
+        other name-shaped, and no third name after another comma (that is a list: "Anna, Berit, Carl")."""
+        labels, words, n = win.labels, win.words, win.n
+        for i in range(n - 2):
+            a, b = i, i + 2
+            if words[i + 1] != "," or labels[i + 1] == _ADDRESS:
+                continue
+            if not (self._name_like(words[a]) and self._name_like(words[b])):
+                continue
+            if labels[a] == _PERSON and labels[b] == _PERSON:
+                continue
+            if not (labels[a] == _PERSON or labels[b] == _PERSON or self._first_name(words[b])
+                    or self._known_name(words[a])):
+                continue
+            if labels[a] == _ADDRESS or labels[b] == _ADDRESS:
+                continue
+            if (b + 2 < n and words[b + 1] == "," and self._name_like(words[b + 2])) or \
+                    (a >= 2 and words[a - 1] == "," and self._name_like(words[a - 2])):
+                continue
+            if (a and words[a - 1][0].isupper() and self._name_like(words[a - 1])) or \
+                    (b + 1 < n and words[b + 1][0].isupper() and self._name_like(words[b + 1])):
+                continue  # "Kind regards, Anna" / a longer capitalized run: the model's
+            labels[a] = labels[a + 1] = labels[b] = _PERSON
+            for t in (a, b):
+                if win.person_score[t] < 0:
+                    win.person_score[t] = 0.0
 
     def _person_score_of(self, win: _Window, i: int) -> float:
         """Token i's PERSON score, scoring it now if the search by score skipped it ("Will" in "Will Smith").

