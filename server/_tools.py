@@ -19,6 +19,11 @@ A template that mentions `tools` but matches no row gets no parser (tools reques
 says), and the caller is told to pass `--tool-call-parser NAME` (vLLM's list: `vllm serve --help`); a model
 without tool support in its template gets none either. The user's explicit choice always wins.
 
+`detect_tokenizer_mode` does the same for vLLM's `--tokenizer-mode`: a directory that carries one of Mistral's own
+tokenizer files (`tekken.json`, `tokenizer.model.v3`, ...) is served with `mistral_common` ("mistral"), which
+renders chats and tool calls itself; vLLM's own "auto" only does that for a `consolidated*.safetensors` checkpoint,
+not for an HF-format one like those `looplift model build` writes.
+
 Deliberately not here: reasoning parsers, and checking that vLLM knows the parser name (vLLM refuses an
 unknown one at start with its own message).
 """
@@ -78,6 +83,22 @@ def detect_tool_parser(model_dir: Path) -> Optional[str]:
                     "off. Pass --tool-call-parser NAME (VLLMConfig.tool_call_parser) with the parser vLLM has for "
                     "this model family", model_dir)
     return None
+
+
+def mistral_tokenizer_file(model_dir: Path) -> Optional[Path]:
+    """The Mistral tokenizer file (`tekken.json` or `tokenizer.model.v*`) in `model_dir`, or None."""
+    model_dir = Path(model_dir)
+    tekken = model_dir / "tekken.json"
+    if tekken.is_file():
+        return tekken
+    found = sorted(p for p in model_dir.glob("tokenizer.model.v*") if p.is_file())
+    return found[-1] if found else None
+
+
+def detect_tokenizer_mode(model_dir: Path) -> Optional[str]:
+    """The `--tokenizer-mode` for the model in `model_dir`: "mistral" when it carries a Mistral tokenizer
+    file, else None (vLLM's default, the HF tokenizer)."""
+    return "mistral" if mistral_tokenizer_file(model_dir) is not None else None
 
 
 def resolve_tool_parser(choice: Optional[str], model_dir: Path) -> Optional[str]:

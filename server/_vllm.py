@@ -39,10 +39,16 @@ from sdk import looplift_home
 from sdk.infra import TiedProcess, spawn_tied
 
 from . import _defaults as D
-from ._tools import resolve_tool_parser
+from ._tools import detect_tokenizer_mode, resolve_tool_parser
 from .errors import VLLMDiedError, VLLMStartError
 
 Device = Literal["auto", "cpu", "cuda"]
+
+
+def _names_flag(args: tuple[str, ...], flag: str) -> bool:
+    """Whether `args` give `flag`, as `--flag VALUE` or `--flag=VALUE` (vLLM's parser takes both): an `extra_args`
+    that does replaces the flag `build_command` would add, in either spelling alike."""
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,13 @@ class VLLMConfig:
     #: "auto" uses the model's `generation_config.json` (e.g. temperature 0.6, top_k 20), or give a directory
     #: holding one. Captured turns record it (`sdk.SamplingRecord.generation_config`).
     generation_config: str = D.GENERATION_CONFIG
+    #: vLLM `--tokenizer-mode`: "auto" passes "mistral" for a directory with a Mistral tokenizer file
+    #: (`_tools.detect_tokenizer_mode`) and nothing otherwise; any other value is passed as it is.
+    tokenizer_mode: str = "auto"
     #: Extra CLI arguments appended verbatim (explicit escape hatch, not covered by compatibility; a
-    #: `--generation-config` there is refused: set `generation_config`, which the gateway records).
+    #: `--generation-config` there is refused: set `generation_config`, which the gateway records). A
+    #: `--tokenizer-mode` or `--tool-call-parser` there, spelt `--flag V` or `--flag=V`, replaces the one
+    #: `tokenizer_mode` / `tool_call_parser` would add (the parser's `--enable-auto-tool-choice` included).
     extra_args: tuple[str, ...] = ()
     #: Extra environment variables for the vLLM process.
     env: Mapping[str, str] = field(default_factory=dict)
@@ -96,7 +107,7 @@ class VLLMConfig:
     warm_up: bool = False
 
     def __post_init__(self) -> None:
-        if any(a == "--generation-config" or a.startswith("--generation-config=") for a in self.extra_args):
+        if _names_flag(self.extra_args, "--generation-config"):
             raise ValueError("pass generation_config=... (looplift server start --generation-config), not "
                              "--generation-config in extra_args: captured turns record which one vLLM applies")
 
@@ -155,8 +166,11 @@ def build_command(config: VLLMConfig, port: int, on_gpu: bool) -> tuple[list[str
         "--max-loras", str(config.max_loras),
         "--generation-config", config.generation_config,
     ]
+    mode = detect_tokenizer_mode(Path(config.model_dir)) if config.tokenizer_mode == "auto" else config.tokenizer_mode
+    if mode and not _names_flag(config.extra_args, "--tokenizer-mode"):
+        argv += ["--tokenizer-mode", mode]
     parser = resolve_tool_parser(config.tool_call_parser, Path(config.model_dir))
-    if parser is not None and "--tool-call-parser" not in config.extra_args:
+    if parser is not None and not _names_flag(config.extra_args, "--tool-call-parser"):
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     argv += config.extra_args
     env = dict(os.environ)
@@ -352,16 +366,16 @@ def _wait_healthy(server: VLLMServer, config: VLLMConfig, t0: float,
                   progress: Optional[Callable[[float, str], None]]) -> None:
     """Poll `GET /health` until 200; raise `VLLMStartError` if the process exits or the timeout passes."""
 
-    def fail(reason: str) -> VLLMStartError:
+    def fail(reason: str, returncode: Optional[int] = None) -> VLLMStartError:
         return VLLMStartError(reason, command=server.command, log_path=server.log_path,
-                              log_tail=_tail(server.log_path))
+                              log_tail=_tail(server.log_path), returncode=returncode)
 
     with httpx.Client(timeout=2.0) as client:
         while True:
             elapsed = time.monotonic() - t0
             code = server.process.poll()
             if code is not None:
-                raise fail(f"the process exited with code {code} after {elapsed:.1f} s")
+                raise fail(f"the process exited with code {code} after {elapsed:.1f} s", code)
             if elapsed > config.start_timeout_s:
                 dumped = _dump_stacks(server.process)
                 raise fail(f"not healthy after {config.start_timeout_s:.0f} s"

@@ -32,7 +32,7 @@ from sdk import looplift_home
 from sdk.infra import atomic_dir
 
 from ._data import Progress, encode_chat, train_causal_lm
-from ._lora import LORA_TARGETS
+from ._lora import lora_targets
 from ._tokenizer import build_tokenizer
 from ._tool_demos import calc_demo, lookup_demo
 
@@ -142,7 +142,7 @@ def write_lora_adapter(model_dir: Path, out_dir: Path, *, seed: int = 0, rank: i
 
     torch.manual_seed(seed)
     base = LlamaForCausalLM.from_pretrained(model_dir)
-    peft_model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=LORA_TARGETS))
+    peft_model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=lora_targets(base)))
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
