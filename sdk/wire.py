@@ -59,7 +59,10 @@ Written by gateway capture (`server._capture_build`) on every trajectory it buil
     Present on a session's trajectory (value: its message count): the gateway re-sends it under the same id
     as the session grows, and the collector replaces a stored one that has fewer messages.
 `exchanges` (`EXCHANGES_KEY`)
-    One record per exchange: `response_id`, `latency_ms`, `stream`, `finish_reason`, `usage`, `at` (ISO time).
+    One record per exchange: `response_id`, `message_index` (the index in the trajectory's `messages` of the
+    assistant message the exchange produced; absent from captures made before looplift recorded it),
+    `latency_ms`, `stream`, `finish_reason`, `usage`, `at` (ISO time). The collector's export reads
+    `response_id` and `message_index` to put a correction sent by response id in place of that message.
 `usage` (`USAGE_KEY`)
     The exchanges' token usage, summed per field.
 `key_id` (`KEY_ID_KEY`)
@@ -85,12 +88,15 @@ Every HTTP API answers errors in the shape the OpenAI clients parse (`error_body
 `{"error": {"message": str, "type": str, "param": str | null, "code": str | int | null}}`. `message` says
 what was wrong and how to fix it; `code` is a stable name to branch on. Some answers add fields next to
 `error` (the collector's 422 lists every invalid field under `errors`); clients must ignore fields they do
-not know. `error_message` reads the message back.
+not know. `error_message` reads the message back; `ErrorBody` is the same shape as a pydantic model, which the
+services' OpenAPI documents name for every error status they answer.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import pydantic
 
 __all__ = [
     "ALTERNATIVES_KEY",
@@ -112,7 +118,10 @@ __all__ = [
     "TOKEN_IDS_REDACTED_KEY",
     "TOOLS_KEY",
     "USAGE_KEY",
+    "total_usage",
     "VERSION_HEADER",
+    "ErrorBody",
+    "ErrorDetail",
     "asgi_header",
     "bearer_token",
     "error_body",
@@ -145,6 +154,16 @@ ALTERNATIVES_KEY = "alternatives"
 TOKEN_IDS_REDACTED_KEY = "looplift_token_ids_redacted"
 
 
+def total_usage(exchanges: list[dict[str, Any]]) -> dict[str, int]:
+    """The `usage` total of a captured trajectory: its exchanges' integer usage fields summed."""
+    total: dict[str, int] = {}
+    for e in exchanges:
+        for k, v in (e.get("usage") or {}).items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    return total
+
+
 def asgi_header(name: str) -> bytes:
     """`name` as an ASGI scope carries header names (lowercase latin-1 bytes), for code that reads the scope
     directly instead of through a framework (the gateway's hot path)."""
@@ -163,6 +182,21 @@ def error_body(status: int, message: str, *, code: str | int | None = None, para
     4xx, `server_error` for a 5xx (what the OpenAI API itself sends)."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class ErrorDetail(pydantic.BaseModel):
+    """The `error` object of an `ErrorBody`."""
+
+    message: str = pydantic.Field(description="what was wrong and how to fix it")
+    type: str = pydantic.Field(description="`invalid_request_error` for a 4xx, `server_error` for a 5xx")
+    param: str | None = pydantic.Field(description="the request field at fault, when one is")
+    code: str | int | None = pydantic.Field(description="a stable name to branch on")
+
+
+class ErrorBody(pydantic.BaseModel):
+    """Every looplift HTTP error answer (`error_body`); an answer may add fields next to `error`."""
+
+    error: ErrorDetail
 
 
 def error_message(body: Any) -> str | None:

@@ -8,6 +8,9 @@ shapes with the base model; vLLM does that, and its refusal is reported as it co
 
 `version_kind` tells the two kinds of version directory apart (an adapter has `adapter_config.json`; a full
 checkpoint has `config.json` and weights), and `validate_checkpoint` checks a full one as cheaply.
+
+The path comes from an admin request, so whatever it names is an answer, never a crash: a `~name` of no user,
+a name too long for the file system, a directory the gateway may not read are refused like a missing file.
 """
 
 from __future__ import annotations
@@ -28,8 +31,22 @@ VersionKind = Literal["adapter", "full"]
 def version_kind(path: str) -> VersionKind:
     """"full" for a directory with `config.json` and no `adapter_config.json` (a whole HF checkpoint), else
     "adapter" (whose validation then names what is missing)."""
-    p = Path(path).expanduser()
-    return "full" if (p / "config.json").is_file() and not (p / "adapter_config.json").exists() else "adapter"
+    p = _expand(path)
+    try:
+        return "full" if (p / "config.json").is_file() and not (p / "adapter_config.json").exists() else "adapter"
+    except OSError:
+        return "adapter"  # unreadable: `validate_adapter` says why
+
+
+def _expand(path: str) -> Path:
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # `~name` of no user here
+        raise AdapterInvalidError(path, "its '~' names no user on the gateway host; give the full path") from None
+
+
+def _cannot_read(e: OSError) -> str:
+    return f"the gateway cannot read it ({e.strerror or e})"
 
 
 def validate_checkpoint(path: str) -> Path:
@@ -38,12 +55,14 @@ def validate_checkpoint(path: str) -> Path:
     size intact)."""
     try:
         return _checkpoint_dir(path)
+    except OSError as e:
+        raise AdapterInvalidError(path, _cannot_read(e), "checkpoint") from None
     except AdapterInvalidError as e:
         raise AdapterInvalidError(path, e.problem, "checkpoint") from None
 
 
 def _checkpoint_dir(path: str) -> Path:
-    p = Path(path).expanduser()
+    p = _expand(path)
     try:
         cfg = json.loads((p / "config.json").read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -61,7 +80,14 @@ def _checkpoint_dir(path: str) -> Path:
 
 def validate_adapter(path: str, max_lora_rank: int) -> Path:
     """Return the adapter directory as an absolute path, or raise `AdapterInvalidError` naming the problem."""
-    p = Path(path).expanduser()
+    try:
+        return _adapter_dir(path, max_lora_rank)
+    except OSError as e:
+        raise AdapterInvalidError(path, _cannot_read(e)) from None
+
+
+def _adapter_dir(path: str, max_lora_rank: int) -> Path:
+    p = _expand(path)
     if not p.exists():
         raise AdapterInvalidError(path, "the directory does not exist")
     if not p.is_dir():

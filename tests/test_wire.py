@@ -89,6 +89,19 @@ def test_collector_errors_parse_as_openai_errors(http: TestClient, case: str) ->
     assert isinstance(e.body, dict) and e.body["message"] and e.code
 
 
+@pytest.mark.parametrize("path, method, status", [("/v1/nope", "get", 404), ("/v1/feedback", "get", 405)])
+def test_the_gateways_routing_refusals_parse_as_openai_errors(path: str, method: str, status: int,
+                                                              tmp_path: Path) -> None:
+    """The gateway's control API answered an unknown path or a wrong method with FastAPI's `{"detail": ...}`."""
+    from server import GatewaySettings, create_gateway
+
+    gw = create_gateway(GatewaySettings(admin_token=ADMIN, state_dir=tmp_path), "http://127.0.0.1:9")
+    with TestClient(gw) as http:
+        e = _openai_error(http, path, method=method)
+    assert (e.status_code, e.type) == (status, "invalid_request_error")
+    assert path in str(e.message)
+
+
 def test_feedback_without_a_target_says_what_to_send(http: TestClient) -> None:
     e = _openai_error(http, "/v1/feedback", {"rating": 1})
     assert "exactly one of trajectory_id" in str(e.body["message"])  # type: ignore[index]
