@@ -5,14 +5,17 @@ non-JSON media type or a compressed body (415), validates it as a `TrajectoryBat
 the bad field, or saying the body is empty or not UTF-8; nothing stored), then anonymizes, scores
 and stores the whole batch in one transaction, idempotently by trajectory id (`_ingest.py`). The
 response is sent only after that transaction committed: a 200 is a durable acknowledgement, and a
-crash before it leaves none of the batch. A batch over the cap is refused whole: the SDK client
+crash before it leaves none of the batch. A full disk is a 507 (`insufficient_storage`), any other
+database failure a 503; the transaction is rolled back whole, and the SDK spools the batch and sends it
+again later. A batch over the cap is refused whole: the SDK client
 does not split it, it moves it to its spool's `rejected/` directory, so clients keep batches
 below the cap (the SDK's `batch_size`).
 
 Every error, whatever raised it (a refusal here or in the dashboard's routes, request validation, a
 collector error, an unexpected exception), is answered in the OpenAI error shape (`sdk.wire.error_body`),
 so one client-side parser reads the gateway and the collector alike; a 422 also lists every invalid
-field under `errors` (location, message, type; never the submitted value).
+field under `errors` (location, message, type; never the submitted value). The OpenAPI document (`/openapi.json`,
+`/docs`) lists every status each route answers, with these bodies (`sdk.infra.finish_openapi`).
 
 Ingest is CPU-bound: the body is parsed and validated once (pydantic, from the raw bytes), and
 parsing, validation and storage run in one trip to the thread pool, so the event loop only reads
@@ -35,16 +38,17 @@ import sqlalchemy as sa
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sdk import Feedback, IngestResult, TrajectoryBatch, wire
+from sdk.infra import error_responses, finish_openapi, json_body
 
 from . import _defaults
 from ._store import Store, open_store
 from ._settings import CollectorSettings
-from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
+from .errors import StorageError, StorageFullError, UnknownResponseError, UnknownTrajectoryError
 
 if TYPE_CHECKING:
     from ._langfuse import LangfuseExporter
@@ -59,6 +63,31 @@ class FeedbackResult(BaseModel):
 
     id: int
     trajectory_id: str
+
+
+class FieldError(BaseModel):
+    """One invalid field of a 422 (`ValidationErrorBody.errors`); never the submitted value."""
+
+    loc: list[str | int] = Field(description="where: the path of keys and indexes into the body (empty: the whole body)")
+    msg: str
+    type: str = Field(description="pydantic's error type, e.g. `missing`, `json_invalid`")
+
+
+class ValidationErrorBody(wire.ErrorBody):
+    """A 422: the OpenAI error shape, and every invalid field."""
+
+    errors: list[FieldError]
+
+
+#: What the two write routes answer besides 200 (a refusal by a route, by its key check or by its body reader).
+_WRITE_ERRORS = error_responses({
+    401: "API keys are configured and the request has none of them (unauthorized)",
+    413: "the body is over the size cap (request_too_large): send smaller batches",
+    415: "the body is declared as something other than UTF-8 JSON, or compressed (unsupported_media_type)",
+    503: "the database failed; nothing was stored (storage_unavailable)",
+    507: "the database's disk is full; nothing was stored (insufficient_storage): send again once space is freed",
+}) | error_responses({422: "the body is empty, not UTF-8 JSON, or does not validate (invalid_body); nothing was "
+                            "stored"}, ValidationErrorBody)
 
 
 def _error(http_status: int, message: str, *, code: str, param: str | None = None,
@@ -174,6 +203,8 @@ def _answer_errors(app: FastAPI) -> None:
 
     @app.exception_handler(StorageError)
     async def _on_storage(_r: Request, exc: StorageError) -> JSONResponse:
+        if isinstance(exc, StorageFullError):  # the SDK spools on any 5xx and sends again later
+            return _error(507, str(exc), code="insufficient_storage")
         return _error(503, str(exc), code="storage_unavailable")
 
     @app.exception_handler(Exception)
@@ -238,9 +269,6 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    batch_schema = {"content": {"application/json": {"schema": TrajectoryBatch.model_json_schema()}}, "required": True}
-    feedback_schema = {"content": {"application/json": {"schema": Feedback.model_json_schema()}}, "required": True}
-
     async def read_body(request: Request) -> bytes:
         """The raw request body: 415 for a non-JSON media type, 413 past the size cap."""
         _check_media(request)
@@ -259,7 +287,8 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         "/v1/trajectories",
         response_model=IngestResult,
         dependencies=[Depends(require_key)],
-        openapi_extra={"requestBody": batch_schema},
+        openapi_extra=json_body(TrajectoryBatch),
+        responses=_WRITE_ERRORS,
     )
     async def ingest(request: Request) -> Response:
         """Anonymize, score and store a batch of trajectories (idempotent by id)."""
@@ -271,7 +300,9 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         "/v1/feedback",
         response_model=FeedbackResult,
         dependencies=[Depends(require_key)],
-        openapi_extra={"requestBody": feedback_schema},
+        openapi_extra=json_body(Feedback),
+        responses=_WRITE_ERRORS | error_responses({404: "no stored trajectory has that trajectory id "
+                                                        "(trajectory_not_found) or response id (response_not_found)"}),
     )
     async def feedback(request: Request) -> Any:
         """Join late user feedback to a stored trajectory, named by its id or by a captured completion's
@@ -290,7 +321,7 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
         """Counts overall, per app and per served version."""
         return (await run_in_threadpool(the_store.stats)).to_dict()
 
-    @app.get("/health")
+    @app.get("/health", responses=error_responses({503: "the database does not answer (database_unavailable)"}))
     async def health() -> JSONResponse:
         """200 when the database answers, 503 otherwise."""
 
@@ -307,4 +338,5 @@ def create_app(settings: CollectorSettings | None = None, *, store: Store | None
     from ._dashboard import dashboard_router
 
     app.include_router(dashboard_router(settings, the_store, langfuse))
+    finish_openapi(app, TrajectoryBatch, Feedback)
     return app

@@ -9,7 +9,10 @@ episode, and both are driven by the trajectory's metadata, so any client may use
   with more messages than the stored one replaces it; one with as many or fewer (a replay, a spooled
   batch that arrives after a newer one) is a duplicate, as ingest always was. Replacing, not
   appending, keeps one row per conversation, so export, dedup and scores see the conversation once.
-  The row's feedback stays joined (the id is the same); its ingest time becomes the replacement's.
+  The row's feedback stays joined (the id is the same); its ingest time becomes the replacement's. A
+  revision may not carry the exchanges before it: a gateway restarted mid-conversation knows only those
+  since (the id is the same, derived from the session and its first prompt); `keep_earlier` adds the
+  earlier revision's response ids, exchanges and turns it lacks, so no completion loses its place.
 - **Response ids.** `metadata.response_ids` lists the ids of the chat completions the trajectory
   holds (the `id` the client received). Each is linked to the trajectory in `response_ids`, so
   feedback can name the completion instead of a trajectory id the client never saw.
@@ -19,13 +22,14 @@ Deliberately not here: the anonymizer, scoring and the insert itself (`_ingest.a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlmodel import col
 
-from sdk import Trajectory, wire
+from sdk import Trajectory, TurnTokens, wire
 
 from ._schema import ResponseIdRow, TrajectoryRow
 
@@ -46,6 +50,32 @@ def response_ids(t: Trajectory) -> list[str]:
     if not isinstance(value, list):
         return []
     return [v for v in value if isinstance(v, str) and 0 < len(v) <= _MAX_RESPONSE_ID]
+
+
+def keep_earlier(t: Trajectory, earlier: dict[str, Any]) -> Trajectory:
+    """`t` (a longer revision of `earlier`, a trajectory's JSON object) with the response ids, exchanges and turns
+    of `earlier` that `t` lacks, earlier ones first (see the module docstring); `t` itself when it lacks none."""
+    md = earlier.get("metadata") or {}
+    have = set(response_ids(t))
+    ids = [r for r in md.get(wire.RESPONSE_IDS_KEY) or [] if isinstance(r, str) and r not in have]
+    if not ids:
+        return t
+    missing = set(ids)
+    exchanges = [e for e in md.get(wire.EXCHANGES_KEY) or [] if isinstance(e, dict) and e.get("response_id") in missing]
+    exchanges += [e for e in t.metadata.get(wire.EXCHANGES_KEY) or [] if isinstance(e, dict)]
+    at = {turn.message_index for turn in t.turns}
+    old_turns = [x for x in earlier.get("turns") or [] if isinstance(x, dict) and x.get("message_index") not in at]
+    turns = sorted([*(TurnTokens.model_validate(x) for x in old_turns), *t.turns], key=lambda x: x.message_index)
+    metadata = {**t.metadata, wire.RESPONSE_IDS_KEY: ids + response_ids(t), wire.EXCHANGES_KEY: exchanges,
+                wire.USAGE_KEY: wire.total_usage(exchanges)}
+    return t.model_copy(update={"metadata": metadata, "turns": turns})
+
+
+def stored_objects(conn: sa.Connection, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The stored trajectories' JSON objects by id."""
+    t = TrajectoryRow
+    rows = conn.execute(sa.select(col(t.id), col(t.data)).where(col(t.id).in_(list(ids)))).tuples().all()
+    return {tid: json.loads(data) for tid, data in rows}
 
 
 def replace_grown(conn: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -108,7 +108,13 @@ def serve(
     os.environ[_defaults.ENV_DB] = settings.db_url
     os.environ[_SUPERVISOR_ENV] = str(os.getpid())
     _err.print(f"collector on http://{host}:{port}  db={settings.db_url}  {auth}  {workers} workers", highlight=False)
-    uvicorn.run("collector._cli:worker_app", factory=True, host=host, port=port, workers=workers, log_level="info")
+    # uvicorn's supervisor SIGKILLs (and replaces) a worker that has not answered its health ping within
+    # `timeout_worker_healthcheck`; a worker answers only once it has imported the collector, 3.5-5 s on two busy
+    # cores, so uvicorn's 5 s killed starting workers over and over (7 kills and 52 s to bring up 2, measured by
+    # bench/ingest_workers.py). The cost of a longer wait: the supervisor checks its workers one at a time, so one
+    # that hangs holds up that loop (noticing other deaths, handling SIGTERM) for up to this long.
+    uvicorn.run("collector._cli:worker_app", factory=True, host=host, port=port, workers=workers, log_level="info",
+                timeout_worker_healthcheck=_defaults.WORKER_HEALTHCHECK_S)
 
 
 def freeze_startup_objects() -> None:

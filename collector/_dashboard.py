@@ -32,14 +32,15 @@ import hmac
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from sdk import wire
+from sdk.infra import error_responses
 
 from . import _dashboard_data as D
 from . import _defaults
@@ -57,6 +58,8 @@ _UNIT_S = {"m": 60, "h": 3600, "d": 86400}
 #: Gateway metric families shown as they are (the rest of /metrics is summarized or left out).
 _METRIC_PREFIX = "looplift_gateway_"
 _METRIC_HINTS = ("capture", "replica", "canary", "drop")
+#: The `window` query parameter (`parse_window`), as the OpenAPI document describes it.
+Window = Annotated[str, Query(description="a duration of up to 90 days: 30m, 1h, 24h, 7d (400 otherwise)")]
 #: Rows of the gateway's `/admin/replicas` table shown (a gateway has a handful).
 _MAX_REPLICAS = 32
 
@@ -163,6 +166,10 @@ def dashboard_router(settings: CollectorSettings, store: Store, langfuse: Langfu
                 "`looplift up` prints, or /dashboard#token=TOKEN"))
 
     admin = [Depends(require_admin)]
+    # What every data route answers besides 200 (`require_admin`); the two with a `window` add 400.
+    refused = error_responses({401: "no admin token, or not the gateway's (unauthorized)",
+                               503: "the collector has no admin token: the dashboard is off (unavailable)"})
+    with_window = refused | error_responses({400: "`window` is not a duration of up to 90 days (invalid_request)"})
 
     @router.get("/dashboard", include_in_schema=False)
     async def page() -> FileResponse:
@@ -175,29 +182,29 @@ def dashboard_router(settings: CollectorSettings, store: Store, langfuse: Langfu
             raise HTTPException(status_code=404, detail=f"no dashboard file {name!r}")
         return FileResponse(STATIC / name, media_type=_FILES[name], headers={"Cache-Control": "no-cache"})
 
-    @router.get("/v1/dashboard/versions", dependencies=admin)
+    @router.get("/v1/dashboard/versions", dependencies=admin, responses=refused)
     async def versions() -> dict[str, Any]:
         """The gateway's versions and history, and each retrain run's gate figures."""
         return {"gateway": await gateway.versions(), "runs": await run_in_threadpool(D.runs, store),
                 "now": D.now_iso()}
 
-    @router.get("/v1/dashboard/live", dependencies=admin)
-    async def live(window: str = "24h") -> dict[str, Any]:
+    @router.get("/v1/dashboard/live", dependencies=admin, responses=with_window)
+    async def live(window: Window = "24h") -> dict[str, Any]:
         """Success and feedback per served version, app and task group over `window`."""
         return await run_in_threadpool(D.live, store, parse_window(window))
 
-    @router.get("/v1/dashboard/runs", dependencies=admin)
+    @router.get("/v1/dashboard/runs", dependencies=admin, responses=refused)
     async def runs() -> list[dict[str, Any]]:
         """The newest retrain runs (trigger, status, reason, gate figures), oldest first."""
         return await run_in_threadpool(D.runs, store)
 
-    @router.get("/v1/dashboard/data", dependencies=admin)
+    @router.get("/v1/dashboard/data", dependencies=admin, responses=refused)
     async def data() -> dict[str, Any]:
         """Trajectories per app per day (30 days), score sources, PII replaced per type, exports."""
         return await run_in_threadpool(D.data, store)
 
-    @router.get("/v1/dashboard/health", dependencies=admin)
-    async def health(window: str = "24h") -> dict[str, Any]:
+    @router.get("/v1/dashboard/health", dependencies=admin, responses=with_window)
+    async def health(window: Window = "24h") -> dict[str, Any]:
         """The gateway's health and metrics, model and sandbox latency per app, the Langfuse export."""
         lat = await run_in_threadpool(D.latency, store, parse_window(window))
         return {"gateway": await gateway.health(), "latency": lat, "collector": {"status": "ok", "database": store.dialect},

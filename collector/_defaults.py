@@ -23,6 +23,10 @@ DB_FILENAME = "collector.db"
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8100
+#: `serve --workers N`: seconds uvicorn's supervisor waits for a worker to answer its health ping before it
+#: SIGKILLs and replaces it (uvicorn's own default is 5). A worker answers only once it has imported the
+#: collector, 3.5-5 s on two busy cores, so 5 s killed starting workers over and over (`_cli.serve`).
+WORKER_HEALTHCHECK_S = 30
 
 #: Largest accepted request body. 16 MiB holds ~1000 trajectories of ~16 KB; bigger batches
 #: should be split by the client rather than buffered whole in the collector.

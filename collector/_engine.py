@@ -11,6 +11,8 @@ driver tuning beyond `pool_pre_ping` on Postgres.
 
 from __future__ import annotations
 
+import errno
+
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,13 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from . import _defaults
-from .errors import ConfigError, StorageError
+from .errors import ConfigError, StorageError, StorageFullError
+
+#: SQLite's SQLITE_FULL (`sqlite3.Error.sqlite_errorcode`, primary code in the low byte); PostgreSQL's SQLSTATE
+#: disk_full; the errnos of a full disk and of a full quota.
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 
 def short_error(e: BaseException) -> str:
@@ -27,6 +35,26 @@ def short_error(e: BaseException) -> str:
     (which would put trajectory text into logs and HTTP responses)."""
     orig = getattr(e, "orig", None)
     return f"{type(orig or e).__name__}: {orig or e}".splitlines()[0]
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether a database call failed because the disk (or a quota) is full: SQLite's SQLITE_FULL, PostgreSQL's
+    disk_full, or ENOSPC/EDQUOT from the file system."""
+    orig = getattr(e, "orig", None) or e
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF == _SQLITE_FULL:
+        return True
+    if getattr(orig, "sqlstate", None) == _PG_DISK_FULL:
+        return True
+    return isinstance(orig, OSError) and orig.errno in _FULL_ERRNOS
+
+
+def storage_error(what: str, e: BaseException) -> StorageError:
+    """The error for a failed write: `what` failed, and why; a `StorageFullError` when the disk is full."""
+    if disk_full(e):
+        return StorageFullError(f"{what}: the database's disk is full ({short_error(e)}); nothing was stored. "
+                                "Free space where the database lives (or lower the retention), then send again")
+    return StorageError(f"{what}: {short_error(e)}")
 
 
 def default_db_url(home: str | None = None) -> str:

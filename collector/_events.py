@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlmodel import Field, col
 
-from ._engine import short_error as _short
+from ._engine import storage_error
 from ._schema import _CollectorModel, to_naive_utc, utcnow
 from ._store import Store, open_store
-from .errors import StorageError
 
 if TYPE_CHECKING:
     from sqlalchemy.dialects import postgresql, sqlite
@@ -73,7 +72,7 @@ def add_event(store: Store, kind: str, data: dict[str, Any], *, key: str | None 
         with store.engine.begin() as conn:
             conn.execute(stmt)
     except sa.exc.SQLAlchemyError as e:
-        raise StorageError(f"could not store a {kind} event: {_short(e)}") from e
+        raise storage_error(f"could not store a {kind} event", e) from e
 
 
 def list_events(store: Store, kind: str, *, since: datetime | None = None, limit: int = 200) -> list[dict[str, Any]]:

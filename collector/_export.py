@@ -26,16 +26,21 @@ Formats (one JSON object per line):
 
 - `sft`: `{"id", "task_id", "app", "served_version", "reward", "score", "corrected", "messages"}`,
   messages in OpenAI chat format (tool calls included), ordered by (ingest time, id), plus `"tools"` (the
-  OpenAI function specs the conversation was given) when the trajectory's metadata records them. With a
-  user correction (`corrections=True`, the default) the line is the prompt (the messages
-  before the first assistant message) plus the correction as the assistant's answer.
+  OpenAI function specs the conversation was given) when the trajectory's metadata records them, corrected
+  or not. With a user correction (`corrections=True`, the default) the correction replaces the assistant
+  message it corrects: the line is the messages before that message plus the correction, and the
+  messages after it are dropped (they followed from the wrong message). Feedback by response id
+  corrects the message that completion produced; feedback by trajectory id (or stored before feedback
+  kept response ids) corrects the last assistant message. A single-turn conversation becomes its prompt
+  plus the correction (`_export_correction.py` has the rule and its fallbacks for older captures).
 - `dpo`: `{"task_id", "prompt", "chosen", "rejected", "chosen_id", "rejected_id", "chosen_score",
   "rejected_score", "source"}` (TRL's conversational preference format). Pairing rule: within
   one task, trajectories whose prompts (messages before the first assistant message) are equal
   are ranked by score; the best is paired with the worst, the second best with the second
   worst, and so on while the better one's score is strictly higher; each trajectory is used at
-  most once. `source: "correction"` pairs put a user's correction (chosen) against the
-  trajectory it corrected (rejected).
+  most once. `source: "correction"` pairs put a user's correction (chosen, score 1) against the
+  assistant message it corrected (rejected, that one message), with the messages before that
+  message as the prompt (the same message the `sft` line replaces).
 - `grpo`: `{"task_id", "prompt", "rewards", "completions": [{"id", "served_version", "reward", "score",
   "success", "messages", "turns"}]}`: one line per (task, prompt) group of at least two scored
   trajectories; `rewards` are the final scores; `turns` carry the token ids and logprobs that
@@ -50,8 +55,9 @@ the eval n-grams and a counter per balance group. Output goes through `sdk.infra
 interrupted export leaves no partial file. The manifest is written last.
 
 This module is the orchestration; the pieces are `_export_query.py` (SQL: filters, exact dedup,
-balance rates, keyset pages), `_export_formats.py` (the three line builders) and
-`_export_manifest.py` (what the manifest records).
+balance rates, keyset pages), `_export_formats.py` (the three line builders),
+`_export_correction.py` (which message a correction replaces) and `_export_manifest.py` (what the
+manifest records).
 """
 
 from __future__ import annotations
@@ -302,7 +308,7 @@ def _run(store: Store, f: ExportFilters, where: sa.ColumnElement[bool], fmt: str
             data = json.loads(r.data)
             c = corr.get(r.id)
             if index is not None or near is not None:
-                words = word_hashes(trajectory_text(data) + ("\n" + c if c else ""))
+                words = word_hashes(trajectory_text(data) + ("\n" + c.text if c else ""))
                 if index is not None and index.contaminated_words(words):
                     drop("contaminated")
                     continue

@@ -1,8 +1,10 @@
 """The three export formats, as pure functions from stored rows to JSONL lines (no I/O).
 
-- `sft_line`: one chat per trajectory; with a user correction, the prompt plus the correction.
+- `sft_line`: one chat per trajectory; with a user correction, the messages before the corrected
+  assistant message plus the correction (`_export_correction` says which message it replaces).
 - `dpo_lines`: within one task, trajectories with equal prompts ranked by score, best paired with
-  worst while strictly better; a correction pairs against the trajectory it corrected.
+  worst while strictly better; a correction pairs against the message it corrected, after the
+  same history.
 - `grpo_lines`: one line per (task, prompt) group of at least two scored trajectories, token ids
   and logprobs re-indexed to the completion.
 
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sdk import wire
+
+from ._export_correction import Correction, corrected_index
 
 
 def _msgs(ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -43,22 +47,31 @@ class Row:
 
     __slots__ = ("id", "task_id", "app", "version", "reward", "score", "success", "data", "correction")
 
-    def __init__(self, r: Any, data: dict[str, Any], correction: str | None) -> None:
+    def __init__(self, r: Any, data: dict[str, Any], correction: Correction | None) -> None:
         self.id, self.task_id, self.app, self.version = r.id, r.task_id, r.app, r.served_version
         self.reward, self.score, self.success = r.reward, r.score, r.success
         self.data, self.correction = data, correction
 
 
+def _answer(c: Correction) -> dict[str, Any]:
+    return {"role": "assistant", "content": c.text}
+
+
 def sft_line(row: Row) -> dict[str, Any]:
-    """The `sft` line of one trajectory (its correction as the answer, when it has one)."""
+    """The `sft` line of one trajectory (with a correction: the history before the message it corrects,
+    then the correction)."""
     ms = row.data["messages"]
-    corrected = row.correction is not None
-    if corrected:
-        ms = ms[: _prompt_len(ms)] + [{"role": "assistant", "content": row.correction}]
+    if row.correction is not None:
+        ms = ms[: corrected_index(row.data, row.correction.response_id)] + [_answer(row.correction)]
     line = {"id": row.id, "task_id": row.task_id, "app": row.app, "served_version": row.version,
-            "reward": row.reward, "score": row.score, "corrected": corrected, "messages": _msgs(ms)}
+            "reward": row.reward, "score": row.score, "corrected": row.correction is not None, "messages": _msgs(ms)}
     tools = (row.data.get("metadata") or {}).get(wire.TOOLS_KEY)
-    if tools and not corrected:  # the tools the conversation was given (captured traffic records them)
+    # The tools the conversation was given (captured traffic records them), on corrected lines too. They
+    # were dropped there while a corrected line was only the first prompt plus a text answer; now the kept
+    # history may call them, and either way the model had them in its prompt (the chat template renders
+    # them) when it wrote the message the correction replaces: without them the line trains an answer in
+    # a context serving never shows.
+    if tools:
         line["tools"] = tools
     return line
 
@@ -87,15 +100,15 @@ def dpo_lines(rows: list[Row], drop: Callable[[str, int], None]) -> list[Line]:
     """The `dpo` pairs of `rows` (one task): corrections first, then best-against-worst per prompt."""
     out: list[Line] = []
 
-    def pair(ch: Row | None, rj: Row, chosen: list[dict[str, Any]], source: str) -> dict[str, Any]:
-        ms = rj.data["messages"]
-        return {"task_id": rj.task_id, "prompt": _msgs(ms[: _prompt_len(ms)]), "chosen": chosen,
-                "rejected": _completion(rj), "chosen_id": ch.id if ch else rj.id, "rejected_id": rj.id,
-                "chosen_score": ch.score if ch else 1.0, "rejected_score": rj.score, "source": source}
+    def pair(chosen: Row, rejected: Row) -> dict[str, Any]:
+        ms = rejected.data["messages"]
+        return {"task_id": rejected.task_id, "prompt": _msgs(ms[: _prompt_len(ms)]), "chosen": _completion(chosen),
+                "rejected": _completion(rejected), "chosen_id": chosen.id, "rejected_id": rejected.id,
+                "chosen_score": chosen.score, "rejected_score": rejected.score, "source": "score"}
 
     for r in rows:
         if r.correction is not None:
-            out.append((pair(None, r, [{"role": "assistant", "content": r.correction}], "correction"), r, (r.id,)))
+            out.append((_correction_pair(r, r.correction), r, (r.id,)))
     for group in _scored_by_prompt(rows, drop):
         ranked = sorted(group, key=lambda x: (-x.score, x.id))
         used = 0
@@ -103,10 +116,20 @@ def dpo_lines(rows: list[Row], drop: Callable[[str, int], None]) -> list[Line]:
             best, worst = ranked[i], ranked[-1 - i]
             if best.score <= worst.score:
                 break
-            out.append((pair(best, worst, _completion(best), "score"), best, (best.id, worst.id)))
+            out.append((pair(best, worst), best, (best.id, worst.id)))
             used += 2
         drop("unpaired", len(group) - used)
     return out
+
+
+def _correction_pair(r: Row, c: Correction) -> dict[str, Any]:
+    """The `dpo` pair of a correction: after the history before the corrected message, the correction
+    (chosen, score 1) against that message alone (rejected)."""
+    ms = r.data["messages"]
+    k = corrected_index(r.data, c.response_id)
+    return {"task_id": r.task_id, "prompt": _msgs(ms[:k]), "chosen": [_answer(c)], "rejected": _msgs(ms[k:k + 1]),
+            "chosen_id": r.id, "rejected_id": r.id, "chosen_score": 1.0, "rejected_score": r.score,
+            "source": "correction"}
 
 
 def grpo_lines(rows: list[Row], drop: Callable[[str, int], None]) -> list[Line]:

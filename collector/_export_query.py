@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 
+from ._export_correction import Correction
 from ._export_manifest import ExportFilters
 from ._schema import FeedbackRow, TrajectoryRow
 from ._store import Store
@@ -83,12 +84,14 @@ def pages(store: Store, where: sa.ColumnElement[bool], keys: list[Any], batch: i
         last = tuple(getattr(page[-1], k.key) for k in keys)
 
 
-def latest_corrections(store: Store, ids: list[str]) -> dict[str, str]:
-    """The latest user correction of each of `ids` that has one."""
+def latest_corrections(store: Store, ids: list[str]) -> dict[str, Correction]:
+    """The latest user correction of each of `ids` that has one, with the response id it named."""
     fb = FeedbackRow
-    q = sa.select(col(fb.trajectory_id), col(fb.correction)).where(col(fb.trajectory_id).in_(ids), col(fb.correction).is_not(None))
+    q = (sa.select(col(fb.trajectory_id), col(fb.correction), col(fb.response_id))
+         .where(col(fb.trajectory_id).in_(ids), col(fb.correction).is_not(None)))
     with store.engine.connect() as conn:
-        return {tid: c for tid, c in conn.execute(q.order_by(col(fb.id))).all() if c is not None}  # latest correction wins
+        rows = conn.execute(q.order_by(col(fb.id))).all()
+    return {tid: Correction(c, rid) for tid, c, rid in rows if c is not None}  # latest correction wins
 
 
 def balance_rates(store: Store, where: sa.ColumnElement[bool], by: str, per_group: int | None,

@@ -35,7 +35,7 @@ from sdk import IngestResult, Trajectory
 
 from . import _capture_rows
 from ._anonymize import Anonymizer
-from ._engine import short_error
+from ._engine import storage_error
 from ._schema import ResponseIdRow, TrajectoryRow, to_naive_utc, utcnow
 from ._score import score_trajectory
 from .errors import StorageError
@@ -143,16 +143,21 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
     for t in trajectories:
         kept = unique.get(t.id)
         if kept is None or (_capture_rows.revisable(t) and len(t.messages) > len(kept.messages)):
-            unique[t.id] = t  # of a session's revisions in one batch, the longest
+            # Of a session's revisions in one batch, the longest (with what only the shorter one lists).
+            unique[t.id] = t if kept is None else _capture_rows.keep_earlier(t, kept.model_dump(mode="json"))
     tr = TrajectoryRow
     try:
         with engine.connect() as conn:
             q = sa.select(col(tr.id), col(tr.n_messages)).where(col(tr.id).in_(list(unique)))
             stored = dict(conn.execute(q).tuples().all())
+            growing = [tid for tid, t in unique.items()
+                       if tid in stored and _capture_rows.revisable(t) and len(t.messages) > stored[tid]]
+            if growing:
+                for tid, obj in _capture_rows.stored_objects(conn, growing).items():
+                    unique[tid] = _capture_rows.keep_earlier(unique[tid], obj)
         now = utcnow()
         rows = [trajectory_row(t, now, anonymizer) for tid, t in unique.items() if tid not in stored]
-        grown = [trajectory_row(t, now, anonymizer) for tid, t in unique.items()
-                 if tid in stored and _capture_rows.revisable(t) and len(t.messages) > stored[tid]]
+        grown = [trajectory_row(unique[tid], now, anonymizer) for tid in growing]
         inserted: set[str] = set()
         replaced: list[str] = []
         if rows or grown:
@@ -167,7 +172,7 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
                 _capture_rows.link_responses(conn, dialect_insert(dialect, ResponseIdRow),
                                              [unique[i] for i in (*inserted, *replaced)])
     except sa.exc.SQLAlchemyError as e:
-        raise StorageError(f"could not store {len(ids)} trajectories: {short_error(e)}") from e
+        raise storage_error(f"could not store {len(ids)} trajectories", e) from e
     done = inserted | set(replaced)
     if on_stored is not None and done:
         on_stored([r for r in rows + grown if r["id"] in done])

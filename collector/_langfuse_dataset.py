@@ -4,8 +4,8 @@ The export is the `sft` one (same filters, dedup, balance, decontamination, hold
 manifest are written as usual), then each line becomes one dataset item:
 
     input            the prompt: the messages before the first assistant message
-    expected_output  the verified completion: the messages from the first assistant message on (a user
-                     correction replaces it when there is one, as in the SFT export)
+    expected_output  the verified completion: the messages from the first assistant message on (with a user
+                     correction, the SFT export's: up to the corrected message, which the correction replaces)
     metadata         trajectory id, task id, app, served version, reward, score, corrected
     source_trace_id  the trace the collector exported for that trajectory (when the Langfuse export was on)
 

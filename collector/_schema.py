@@ -1,7 +1,8 @@
 """The collector's tables (SQLModel) and the one timestamp convention they share.
 
 Four tables: `trajectories` (one anonymized trajectory per row, its JSON in `data` plus the columns
-that queries filter, group and order on), `feedback` (late user feedback, joined by trajectory id),
+that queries filter, group and order on), `feedback` (late user feedback, joined by trajectory id, with
+the captured completion it names when it was sent by response id),
 `response_ids` (a captured completion's id -> its trajectory, `_capture_rows`) and `score_models`
 (fitted quality models and clusterers as JSON). Every timestamp column holds
 naive UTC (`utcnow`, `to_naive_utc`): SQLite keeps no zone, and one convention on both dialects
@@ -82,6 +83,8 @@ class FeedbackRow(_CollectorModel, table=True):
     text: str | None = Field(default=None, sa_type=sa.Text)
     created_at: datetime = Field(sa_type=sa.DateTime())
     key_id: str | None = Field(default=None, sa_type=sa.String(64), description="the gateway API key that sent it")
+    response_id: str | None = Field(default=None, sa_type=sa.String(256),
+                                    description="the captured completion it names (None: sent by trajectory id)")
 
 
 class ResponseIdRow(_CollectorModel, table=True):

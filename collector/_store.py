@@ -31,12 +31,12 @@ from sdk import Feedback, IngestResult, Trajectory
 
 from . import _capture_rows, _defaults, _ingest, _purge
 from ._anonymize import Anonymizer, default_anonymizer
-from ._engine import make_engine, short_error
+from ._engine import make_engine, storage_error
 from ._migrate import migrate
 from ._purge import PurgeResult
 from ._schema import FeedbackRow, ScoreModelRow, TrajectoryRow, to_naive_utc, utcnow
 from ._score import SOURCES, score_sql
-from .errors import StorageError, UnknownResponseError, UnknownTrajectoryError
+from .errors import UnknownResponseError, UnknownTrajectoryError
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,8 @@ class Store:
 
     def add_feedback(self, fb: Feedback, *, anonymize: bool = True) -> tuple[int, str]:
         """Store feedback for a stored trajectory (named by its id, or by a captured completion's
-        `response_id`, looked up here and only here); returns the feedback row id and the id of the
-        trajectory it joined.
+        `response_id`, looked up here and only here, and kept on the row); returns the feedback row id and
+        the id of the trajectory it joined.
 
         Raises:
             UnknownTrajectoryError: the trajectory id is not stored.
@@ -183,15 +183,16 @@ class Store:
                         raise UnknownResponseError(name)
                 if conn.execute(sa.select(col(t.id)).where(col(t.id) == target)).first() is None:
                     raise UnknownTrajectoryError(target)
+                # `response_id` names the completion a correction replaces at export (`_export_correction`).
                 values = {"trajectory_id": target, "rating": fb.rating, "correction": correction, "text": text,
-                          "created_at": utcnow(), "key_id": fb.key_id}
+                          "created_at": utcnow(), "key_id": fb.key_id, "response_id": fb.response_id}
                 new_id = conn.execute(sa.insert(f).values(**values).returning(col(f.id))).scalar_one()
                 assert new_id is not None  # the database assigns it
                 fid = int(new_id)
                 # The same transaction recomposes the trajectory's score with the new rating.
                 conn.execute(self._recompose(col(t.id) == target, with_rating=True))
         except sa.exc.SQLAlchemyError as e:
-            raise StorageError(f"could not store feedback for trajectory {target!r}: {short_error(e)}") from e
+            raise storage_error(f"could not store feedback for trajectory {target!r}", e) from e
         if self.listeners:
             self._notify("feedback", values | {"id": fid})
         return fid, target

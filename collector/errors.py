@@ -3,6 +3,7 @@
     CollectorError                 base of everything below
     ├── ConfigError                a setting or CLI argument is invalid (also a ValueError)
     ├── StorageError               the database could not be opened, migrated or written
+    │   ├── StorageFullError       its disk (or quota) is full: nothing of the write was stored
     │   └── MigrationError         Alembic could not bring the schema to `head`
     ├── UnknownTrajectoryError     feedback or a lookup named a trajectory id that is not stored
     ├── UnknownResponseError       feedback named a response id no captured trajectory holds
@@ -25,6 +26,10 @@ class ConfigError(CollectorError, ValueError):
 
 class StorageError(CollectorError):
     """The database could not be opened, migrated or written."""
+
+
+class StorageFullError(StorageError):
+    """The database's disk (or quota) is full; the write was rolled back whole. HTTP: 507, retry later."""
 
 
 class MigrationError(StorageError):

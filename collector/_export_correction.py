@@ -1,0 +1,80 @@
+"""Where a user's correction goes in a trajectory: the assistant message it replaces.
+
+A correction replaces one assistant message. The messages before it are kept (the history the model saw
+when it wrote the wrong message); the messages after it are dropped (they followed from the wrong message).
+Which message, by what the feedback named:
+
+- **a trajectory id** (the SDK path): the last assistant message, the episode's final answer;
+- **a response id**: the message that completion produced, found through `metadata.exchanges`: the
+  exchange's `message_index` (the gateway records it); for captures from before it did, the i-th
+  turn's `message_index` for the i-th exchange when turns and exchanges agree in number, else the
+  i-th assistant message when those agree in number; else, and for an id no exchange lists, the last
+  assistant message.
+
+Each rule's index must point at an assistant message, or the next rule decides: a client may set any
+metadata, and the result is always an assistant message of this trajectory. A trajectory without one
+gets the correction after all its messages. With one assistant message (a single-turn conversation)
+every rule picks it.
+
+Deliberately not here: reading feedback (`_export_query.latest_corrections`) and the line shapes
+(`_export_formats`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sdk import wire
+
+# The keys of one `metadata.exchanges` record that this module reads (documented in `sdk.wire`).
+_RESPONSE_ID = "response_id"
+_MESSAGE_INDEX = "message_index"
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A user's correction of a trajectory: the text, and the captured completion the feedback named
+    (`response_id`; None when it named the trajectory)."""
+
+    text: str
+    response_id: str | None = None
+
+
+def corrected_index(data: dict[str, Any], response_id: str | None) -> int:
+    """The index in `data["messages"]` of the assistant message a correction replaces (see the module
+    docstring); `len(messages)` when there is no assistant message."""
+    ms = data["messages"]
+    assistants = [i for i, m in enumerate(ms) if m.get("role") == "assistant"]
+    if not assistants:
+        return len(ms)
+    if response_id is not None:
+        for i in _candidates(data, response_id, assistants):
+            if i in assistants:
+                return i
+    return assistants[-1]
+
+
+def _candidates(data: dict[str, Any], response_id: str, assistants: list[int]) -> list[int]:
+    """The indexes the response id's exchange points at, most reliable first (may be out of range)."""
+    metadata = data.get("metadata") or {}
+    exchanges = metadata.get(wire.EXCHANGES_KEY)
+    if not isinstance(exchanges, list):
+        return []
+    position = next((p for p, e in enumerate(exchanges) if isinstance(e, dict) and e.get(_RESPONSE_ID) == response_id),
+                    None)
+    if position is None:
+        return []
+    out = []
+    recorded = exchanges[position].get(_MESSAGE_INDEX)
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        out.append(recorded)
+    # Captures from before `message_index`: the gateway added one turn per exchange, in order.
+    turns = data.get("turns") or []
+    if len(turns) == len(exchanges) and isinstance(turns[position], dict):
+        index = turns[position].get(_MESSAGE_INDEX)
+        if isinstance(index, int) and not isinstance(index, bool):
+            out.append(index)
+    if len(assistants) == len(exchanges):  # no assistant message the client wrote itself (few-shot) in between
+        out.append(assistants[position])
+    return out
