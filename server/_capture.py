@@ -3,10 +3,18 @@
 Opt-in (`GatewaySettings.capture`, `looplift up --capture`) or per API key (`capture_key_ids`). On the
 request path the proxy only does what it must do anyway plus a few appends: `begin` reads the
 `X-Looplift-*` headers and keeps a reference to the request fields `_body` already parsed; the relay
-appends the answer's bytes (the JSON body, or each SSE chunk) to the `Exchange`; `finish` puts a
-successful exchange (HTTP 200, stream not broken off) on a bounded queue without waiting. A full queue
-drops the exchange and counts it (`looplift_gateway_capture_dropped{reason="queue_full"}`): capture never
-slows or fails a request.
+appends the answer's bytes (the JSON body, or each SSE chunk) to the `Exchange`; `seal`, just before the
+answer's last bytes go out (the JSON body, the chunk with `data: [DONE]`), puts the exchange on a bounded
+queue and waits until the worker has journaled its trajectory (the collector client's write-ahead file), at
+most `SEAL_TIMEOUT_S`: a client that got a complete 200 has its exchange on disk, so even a SIGKILL of the
+gateway right after loses no capture. This costs the answer the worker's turnaround (parse, build, one
+`write()`: well under a millisecond when the worker keeps up). A full queue drops the exchange and counts it
+(`looplift_gateway_capture_dropped{reason="queue_full"}`); a worker slower than the bound counts
+`looplift_gateway_capture_late` and the answer goes out anyway: capture never fails a request. `finish`
+queues, without waiting, what ended without a seal (a stream the client closed right after `[DONE]`).
+
+A gateway started before its collector (`looplift up` starts the collector after it) captures from its first
+request: the collector client holds (and journals) what it gets until `connect` names the collector.
 
 A worker thread parses the answer, stitches sessions and builds the trajectory (`_capture_build`), and
 hands it to the SDK's own `CollectorClient`, which batches it to the collector and spools it to disk
@@ -28,6 +36,8 @@ and anything a client did not send through the gateway.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -42,6 +52,7 @@ from prometheus_client.registry import Collector
 from sdk import CollectorClient, wire
 
 from ._capture_build import Exchange, SessionBook, parse_json_answer, parse_sse_answer
+from ._defaults import SEAL_TIMEOUT_S
 from ._settings import GatewaySettings
 
 log = logging.getLogger("looplift.server.capture")
@@ -103,6 +114,9 @@ class Capture:
                                 "a trajectory).", ["reason"], registry=registry)
         self._dropped_full = self._dropped.labels("queue_full")
         self._dropped_error = self._dropped.labels("error")
+        self._late = Counter("looplift_gateway_capture_late", "Answers sent before their capture was journaled (the "
+                             f"capture worker took longer than {SEAL_TIMEOUT_S} s); a SIGKILL then could lose them.",
+                             registry=registry)
         self._scrape = _Scrape(self)
         registry.register(self._scrape)
         self._registry = registry
@@ -110,13 +124,19 @@ class Capture:
         self._thread.start()
 
     @classmethod
-    def start(cls, settings: GatewaySettings, registry: CollectorRegistry, collector_url: str,
+    def start(cls, settings: GatewaySettings, registry: CollectorRegistry, collector_url: Optional[str],
               collector_key: Optional[str], spool_dir: Path) -> "Capture":
-        """A capture delivering to the collector at `collector_url` (spooling under `spool_dir`)."""
-        client = CollectorClient(collector_url, api_key=collector_key, spool_dir=spool_dir)
+        """A capture delivering to the collector at `collector_url` (spooling under `spool_dir`); with None it
+        holds what it captures until `connect`."""
+        client = CollectorClient(collector_url, api_key=collector_key, spool_dir=spool_dir,
+                                 hold=collector_url is None)
         return cls(settings, registry, client)
 
-    # ---- the request path (event loop): no waiting, no parsing -----------------------------------
+    def connect(self, collector_url: str, collector_key: Optional[str]) -> None:
+        """Deliver to the collector at `collector_url` from now on (what was held goes first)."""
+        self.client.connect(collector_url, collector_key)
+
+    # ---- the request path (event loop): no parsing; only `seal` waits, for the worker ---------------
     def wants(self, key_id: Optional[str]) -> bool:
         """Whether a request sent with API key `key_id` (None: no key) is captured."""
         return self.settings.capture or (key_id is not None and key_id in self.settings.capture_key_ids)
@@ -131,11 +151,35 @@ class Capture:
                         session=headers.get("session"), task=headers.get("task"), started_at=time.time(),
                         stream=bool(fields.get("stream")))
 
+    def completes(self, ex: Exchange) -> bool:
+        """Whether the chunks relayed so far end the stream (`data: [DONE]`): seal before sending the last."""
+        return _stream_complete(ex.chunks)
+
+    async def seal(self, ex: Exchange) -> None:
+        """The answer is complete and about to go out: queue the exchange and wait (at most `SEAL_TIMEOUT_S`)
+        until its trajectory is journaled. Never raises."""
+        if ex.sealed:
+            return
+        ex.sealed = True
+        ex.latency_s = time.time() - ex.started_at
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        ex.on_journaled = lambda: loop.call_soon_threadsafe(_resolve, done)
+        try:
+            self._queue.put_nowait(ex)
+        except queue.Full:
+            self._dropped_full.inc()
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(done), SEAL_TIMEOUT_S)
+        except TimeoutError:
+            self._late.inc()
+
     def finish(self, ex: Exchange, status: str, seconds: float) -> None:
-        """The exchange ended with `status` after `seconds`: queue it if it succeeded; drop it if the queue is full.
-        A stream the client closed after its `data: [DONE]` (what the official client does as soon as it reads
-        it, often before vLLM's connection ends) is a complete exchange too."""
-        if status != "200" and not (status == "client_closed" and _stream_complete(ex.chunks)):
+        """The exchange ended with `status` after `seconds`: queue it if it succeeded and was not sealed; drop it if
+        the queue is full. A stream the client closed after its `data: [DONE]` (what the official client does as
+        soon as it reads it, often before vLLM's connection ends) is a complete exchange too."""
+        if ex.sealed or (status != "200" and not (status == "client_closed" and _stream_complete(ex.chunks))):
             return
         ex.latency_s = seconds
         try:
@@ -160,6 +204,9 @@ class Capture:
                 log.exception("capture: could not turn an exchange into a trajectory; dropped")
                 self._dropped_error.inc()
             finally:
+                if ex is not _STOP and ex.on_journaled is not None:
+                    with contextlib.suppress(RuntimeError):  # the event loop closed meanwhile
+                        ex.on_journaled()
                 self._queue.task_done()
 
     def _capture(self, ex: Exchange) -> None:
@@ -189,3 +236,9 @@ class Capture:
         self._registry.unregister(self._scrape)
         self._registry.unregister(self._sent)
         self._registry.unregister(self._dropped)
+        self._registry.unregister(self._late)
+
+
+def _resolve(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)

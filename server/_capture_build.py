@@ -37,7 +37,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sdk import Message, SamplingRecord, ToolCall, ToolCallFunction, Trajectory, TurnTokens
 from sdk import wire
@@ -76,6 +76,10 @@ class Exchange:
     body: bytes = b""
     chunks: list[bytes] = field(default_factory=list)
     latency_s: float = 0.0
+    #: Queued by `Capture.seal` before the answer's last bytes went out (`finish` then leaves it).
+    sealed: bool = False
+    #: Called by the capture worker once the exchange's trajectory is journaled (or could not be built).
+    on_journaled: Optional[Callable[[], object]] = None
 
 
 # ---- the answer ----------------------------------------------------------------------------------
@@ -260,8 +264,11 @@ class SessionBook:
                           completion_token_ids=reply.token_ids, completion_logprobs=reply.logprobs,
                           finish_reason=reply.finish_reason,
                           sampling=SamplingRecord.from_request(ex.fields, generation_config))
-        exchange = {"response_id": reply.response_id, "latency_ms": round(ex.latency_s * 1000, 2), "stream": ex.stream,
-                    "finish_reason": reply.finish_reason, "usage": reply.usage, "at": _utc(ex.started_at).isoformat()}
+        # `message_index`: where the reply sits in the conversation, so feedback naming `response_id` can
+        # correct that message, not the last one (`collector._export_correction`).
+        exchange = {"response_id": reply.response_id, "message_index": len(history),
+                    "latency_ms": round(ex.latency_s * 1000, 2), "stream": ex.stream, "finish_reason": reply.finish_reason,
+                    "usage": reply.usage, "at": _utc(ex.started_at).isoformat()}
         prompt = _prompt_hash(messages)
         now = time.monotonic()
         s: Optional[_Session] = None
@@ -289,7 +296,7 @@ class SessionBook:
         response_ids = [e["response_id"] for e in exchanges if e["response_id"]]
         # Every key is part of the wire contract (`sdk.wire`): the collector and exports read them.
         metadata: dict[str, Any] = {wire.SOURCE_KEY: wire.SOURCE_GATEWAY, wire.RESPONSE_IDS_KEY: response_ids,
-                                    wire.EXCHANGES_KEY: exchanges, wire.USAGE_KEY: _total_usage(exchanges)}
+                                    wire.EXCHANGES_KEY: exchanges, wire.USAGE_KEY: wire.total_usage(exchanges)}
         if ex.key_id is not None:
             metadata[wire.KEY_ID_KEY] = ex.key_id
         if ex.session is not None:
@@ -304,10 +311,3 @@ class SessionBook:
                           started_at=_utc(started), finished_at=_utc(ex.started_at + ex.latency_s))
 
 
-def _total_usage(exchanges: list[dict[str, Any]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for e in exchanges:
-        for k, v in (e.get("usage") or {}).items():
-            if isinstance(v, int):
-                total[k] = total.get(k, 0) + v
-    return total

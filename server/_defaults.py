@@ -87,6 +87,8 @@ SESSION_AFFINITY_MAX = 10_000
 CAPTURE_APP = "default"
 #: Captured exchanges the worker may fall behind by before new ones are dropped.
 CAPTURE_QUEUE = 10_000
+#: Longest an answer's last bytes wait for its capture to be journaled (`_capture.Capture.seal`).
+SEAL_TIMEOUT_S = 1.0
 #: Captured trajectories spool under `$LOOPLIFT_HOME/<STATE_SUBDIR>/<CAPTURE_SPOOL_SUBDIR>` while the collector is down.
 CAPTURE_SPOOL_SUBDIR = "capture-spool"
 

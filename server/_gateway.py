@@ -13,7 +13,8 @@
 * `api`: a FastAPI app for everything else, one router per concern, each built from the gateway itself:
   `GET /v1/models`, `/v1/models/{id}` (`_api_models`), `POST /v1/feedback` (`_feedback`), `/health` and
   `/metrics` (`_api_health`), and `/admin/*`, always behind the admin token (`_api_admin`: list, load,
-  promote, roll back, replicas; `_api_canary`: the canary); errors answer in OpenAI's shape (`_api_errors`).
+  promote, roll back, replicas; `_api_canary`: the canary); errors answer in OpenAI's shape (`_api_errors`),
+  and its OpenAPI document (`/openapi.json`) lists every status each route answers (`sdk.infra.finish_openapi`).
   Its lifespan is `Gateway.lifespan` (the registry is reconciled with vLLM at start, or at the first request
   if vLLM was not answering then);
 * `keys` (`_auth.KeyRing`): the client API keys and their public ids;
@@ -34,6 +35,8 @@ from typing import AsyncIterator, Optional, Sequence, Union
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
+
+from sdk.infra import finish_openapi
 
 from ._api_admin import replicas_router, versions_router
 from ._api_canary import canary_router
@@ -86,13 +89,22 @@ class Gateway:
         self.api = _control_api(self)
         if settings.collector_url:
             self.connect_collector(settings.collector_url, settings.collector_key)
+        elif settings.await_collector and self._captures():  # capture from the first request; deliver once connected
+            self.capture = Capture.start(settings, self.metrics.registry, None, None, settings.capture_spool_dir)
+            self.proxy.capture = self.capture
+
+    def _captures(self) -> bool:
+        return self.settings.capture or bool(self.settings.capture_key_ids)
 
     def connect_collector(self, url: str, key: Optional[str]) -> None:
         """Use the collector at `url` (ingest key `key`) for capture and feedback by response id.
-        Capture starts here when the settings ask for it (`capture` or `capture_key_ids`). Call once, before
-        traffic (`looplift up` calls it when its collector has started, which is after the gateway)."""
+        Capture starts here when the settings ask for it (`capture` or `capture_key_ids`), unless it started
+        with the gateway (`await_collector`: `looplift up` starts its collector after the gateway), holding
+        what it captured until now. Call once."""
         self.collector_link = CollectorLink(url, key)
-        if self.capture is None and (self.settings.capture or self.settings.capture_key_ids):
+        if self.capture is not None:
+            self.capture.connect(url, key)
+        elif self._captures():
             self.capture = Capture.start(self.settings, self.metrics.registry, url, key,
                                          self.settings.capture_spool_dir)
             self.proxy.capture = self.capture
@@ -160,4 +172,5 @@ def _control_api(gw: Gateway) -> FastAPI:
     app.include_router(versions_router(gw))
     app.include_router(replicas_router(gw))
     app.include_router(canary_router(gw))
+    finish_openapi(app)
     return app

@@ -13,8 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from collector import CollectorSettings, UnknownResponseError, open_store, serve_in_thread
+from collector import CollectorSettings, UnknownResponseError, export, open_store, serve_in_thread
+from collector._export_correction import corrected_index
 from sdk import Feedback
 from server import InsecureBindError, check_bind, key_id
 from server._auth import KeyRing
@@ -155,6 +158,38 @@ def test_collector_keeps_the_longest_revision_whatever_the_order(store: Any) -> 
     assert len(store.get(fresh.id).messages) == 8 and store.count() == 1
 
 
+def _restarted_session(session: str) -> tuple[Any, Any]:
+    """Two revisions of one session: before, and after a gateway restart (a fresh `SessionBook`)."""
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "question 0"}]
+    first = SessionBook().trajectory(_ex(list(msgs), session=session), parse_json_answer(
+        _answer(f"{session}-r0", content="a0")), "default")
+    msgs += [{"role": "assistant", "content": "a0"}, {"role": "user", "content": "question 1"}]
+    second = SessionBook().trajectory(_ex(list(msgs), session=session), parse_json_answer(
+        _answer(f"{session}-r1", content="a1")), "default")
+    return first, second
+
+
+def test_a_session_that_grows_after_a_gateway_restart_keeps_its_earlier_completions(store: Any) -> None:
+    """Catches: the longer revision replacing the stored one wholesale. A gateway restarted mid-conversation knows
+    only the exchanges since (same trajectory id: session + first prompt), so the earlier completion's response id,
+    exchange and token turn vanished from the row while its link still pointed there (found by bench/soak.py).
+    Also within one batch (the spool replaying both revisions together)."""
+    for session, batches in (("s", "one by one"), ("t", "one batch")):
+        first, second = _restarted_session(session)
+        assert second.id == first.id and second.metadata["response_ids"] == [f"{session}-r1"]
+        if batches == "one by one":
+            store.add_trajectories([first])
+            store.add_trajectories([second])
+        else:
+            store.add_trajectories([first, second])
+        got = store.get(first.id)
+        assert got.metadata["response_ids"] == [f"{session}-r0", f"{session}-r1"], batches
+        assert [e["response_id"] for e in got.metadata["exchanges"]] == [f"{session}-r0", f"{session}-r1"]
+        assert [t.message_index for t in got.turns] == [1, 3] and len(got.messages) == 4
+        assert got.metadata["usage"]["total_tokens"] == 10  # both exchanges' usage
+        assert store.resolve_response(f"{session}-r0") == store.resolve_response(f"{session}-r1") == first.id
+
+
 def test_feedback_by_response_id_reaches_the_grown_trajectory(store: Any) -> None:
     t = _session_traj(2)
     store.add_trajectories([_session_traj(1)])
@@ -196,6 +231,117 @@ def test_collector_http_feedback_by_response_id(tmp_path: Path) -> None:
         missing = httpx.post(f"{col.url}/v1/feedback", json={"response_id": "zzz", "rating": 1}, headers=h)
         assert missing.status_code == 404 and "unknown response id 'zzz'" in missing.json()["error"]["message"]
         assert httpx.post(f"{col.url}/v1/feedback", json={"response_id": "r1", "rating": 1}).status_code == 401
+
+
+# ---- a correction replaces the message its response id produced -----------------------------------------
+CODE = "```python\nprint(17 * 23)\n```"
+USER, OUTPUT = {"role": "user", "content": "What is 17 * 23? Use code."}, {"role": "user", "content": "Output: 391"}
+
+
+def _agent_session() -> Any:
+    """user -> assistant writes code (response r-code) -> user shows the output -> assistant answers (r-answer)."""
+    book = SessionBook()
+    book.trajectory(_ex([USER], session="agent"), parse_json_answer(_answer("r-code", content=CODE)), "default")
+    history = [USER, {"role": "assistant", "content": CODE}, OUTPUT]
+    return book.trajectory(_ex(history, session="agent"), parse_json_answer(_answer("r-answer", content="391")),
+                           "default")
+
+
+def _export_corrected(db_url: str, tmp_path: Path, fb: Feedback) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Store the agent session and `fb`, export sft and dpo; the sft line and the correction's dpo pair."""
+    store = open_store(db_url)
+    try:
+        t = _agent_session()
+        store.add_trajectories([t])
+        store.add_feedback(fb)
+        export(store, tmp_path / "sft.jsonl")
+        export(store, tmp_path / "dpo.jsonl", format="dpo")
+    finally:
+        store.close()
+    (line,) = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    (pair,) = [json.loads(x) for x in (tmp_path / "dpo.jsonl").read_text().splitlines()]
+    return line, pair
+
+
+def test_exchanges_record_the_message_index_of_their_reply() -> None:
+    """Catches: exchanges without `message_index` (feedback by response id cannot find its message), or an
+    index one off (the request's last message, or the next turn, instead of the reply)."""
+    t = _agent_session()
+    assert [(e["response_id"], e["message_index"]) for e in t.metadata["exchanges"]] == [("r-code", 1), ("r-answer", 3)]
+    assert [t.messages[e["message_index"]].content for e in t.metadata["exchanges"]] == [CODE, "391"]
+
+
+def test_correction_by_the_first_response_id_replaces_the_code_turn(any_db_url: str, tmp_path: Path) -> None:
+    """Catches: the correction applied to the last turn when it named the first (the wrong code kept and
+    'corrected' as if it were the answer), the later turns kept after the corrected one, and a feedback row
+    that forgets the response id it named."""
+    fixed = "```python\nprint(17 * 23)  # 391\n```"
+    line, pair = _export_corrected(any_db_url, tmp_path, Feedback(response_id="r-code", rating=-1, correction=fixed))
+    assert line["corrected"] is True and line["messages"] == [USER, {"role": "assistant", "content": fixed}]
+    assert line["tools"] == TOOLS  # the model had them when it wrote the corrected message
+    assert (pair["source"], pair["prompt"], pair["chosen"]) == ("correction", [USER], [{"role": "assistant", "content": fixed}])
+    assert pair["rejected"] == [{"role": "assistant", "content": CODE}]
+
+
+def test_correction_by_the_second_response_id_keeps_the_code_and_its_output(any_db_url: str, tmp_path: Path) -> None:
+    """Catches: the correction cut after the first prompt (the code turn and its output dropped, teaching the
+    model to answer without running code), and a DPO pair that rejects the whole conversation after the first
+    prompt instead of the corrected answer."""
+    line, pair = _export_corrected(any_db_url, tmp_path, Feedback(response_id="r-answer", rating=-1, correction="It is 391."))
+    code = {"role": "assistant", "content": CODE}
+    assert line["messages"] == [USER, code, OUTPUT, {"role": "assistant", "content": "It is 391."}]
+    assert pair["prompt"] == [USER, code, OUTPUT] and pair["chosen"] == [{"role": "assistant", "content": "It is 391."}]
+    assert pair["rejected"] == [{"role": "assistant", "content": "391"}]
+
+
+def test_feedback_keeps_the_response_id_it_named(store: Any) -> None:
+    """Catches: `feedback.response_id` not stored (every correction would fall back to the last message), or
+    stored for feedback by trajectory id."""
+    t = _agent_session()
+    store.add_trajectories([t])
+    store.add_feedback(Feedback(response_id="r-code", correction="x"))
+    store.add_feedback(Feedback(trajectory_id=t.id, correction="y"))
+    assert [(f.correction, f.response_id) for f in store.feedback_for(t.id)] == [("x", "r-code"), ("y", None)]
+
+
+def _older_capture(*, turns: bool, few_shot: bool = False, index: Any = "drop") -> dict[str, Any]:
+    """The agent session as stored JSON, as a gateway from before `message_index` captured it (`index`:
+    "drop" removes the key, anything else replaces its value); `few_shot` opens with an assistant message the
+    client wrote; without `turns`, as after a gateway restart lost them."""
+    data = _agent_session().model_dump(mode="json")
+    if few_shot:
+        data["messages"][:0] = [{"role": "user", "content": "2*3?"}, {"role": "assistant", "content": "6"}]
+        data["turns"] = [{**x, "message_index": x["message_index"] + 2} for x in data["turns"]]
+    for e in data["metadata"]["exchanges"]:
+        if index == "drop":
+            del e["message_index"]
+        else:
+            e["message_index"] = index
+    if not turns:
+        data["turns"] = []
+    return data
+
+
+@pytest.mark.parametrize("turns, few_shot, index, rid, expected", [
+    (True, False, "drop", "r-code", 1),  # no message_index: the i-th exchange's turn
+    (True, True, "drop", "r-code", 3),  # ... which knows of an assistant message the client wrote
+    (False, False, "drop", "r-code", 1),  # no turns either: the i-th assistant message, counts agree
+    (False, True, "drop", "r-code", 5),  # counts disagree (a few-shot answer): the last assistant message
+    (True, False, 2, "r-code", 1),  # an index at a user message is not trusted: the turn decides
+    (True, False, 99, "r-code", 1),  # nor one out of range
+    (True, False, True, "r-answer", 3),  # nor a bool (True would be message 1)
+    (True, False, "drop", "r-unknown", 3),  # an id no exchange lists: the last assistant message
+    (True, False, "drop", None, 3),  # feedback by trajectory id: the last assistant message
+], ids=["turns", "turns-few-shot", "assistant-order", "counts-disagree", "index-at-user", "index-out-of-range",
+        "index-bool", "unknown-id", "by-trajectory"])
+def test_older_captures_map_a_response_id_by_exchange_order(turns: bool, few_shot: bool, index: Any, rid: str | None,
+                                                            expected: int) -> None:
+    """Catches, per case: the fallback for captures without `message_index` (the i-th turn, else the i-th
+    assistant message only when the counts agree, else the last) taking the wrong message, a recorded index
+    trusted when it points at a user message, out of range, or is a bool."""
+    data = _older_capture(turns=turns, few_shot=few_shot, index=index)
+    i = corrected_index(data, rid)
+    assert i == expected and data["messages"][i]["role"] == "assistant"
 
 
 # ---- who may teach the model ---------------------------------------------------------------------------
@@ -280,3 +426,124 @@ def test_a_stream_the_client_closed_after_done_is_captured_a_broken_one_is_not(t
     finally:
         cap.close()
     assert [t["metadata"]["response_ids"] for t in posted] == [["rid-done"]]
+
+
+# ---- durability: what a client got a 200 for is on disk before the 200 ends --------------------------------------
+def _journaled(folder: Path) -> str:
+    return "".join(p.read_text() for p in sorted((folder / "journal").glob("*.jsonl")))
+
+
+class _Upstream:
+    """vLLM's two answer shapes for `/v1/chat/completions` (see `_answer`, `_sse`), numbered response ids."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        app = FastAPI()
+
+        @app.get("/health")
+        async def health() -> dict[str, str]:
+            return {}
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": "policy-v0", "root": "/base", "parent": None}]}
+
+        @app.post("/v1/chat/completions")
+        async def chat(req: Request) -> Response:
+            body = await req.json()
+            self.n += 1
+            rid = f"chatcmpl-{self.n}"
+            if not body.get("stream"):
+                return JSONResponse(json.loads(_answer(rid, content="4")))
+
+            async def events() -> Any:
+                for chunk in _sse(rid, [{"content": "4"}], "stop"):
+                    yield chunk
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        self.app = app
+
+
+@pytest.fixture
+def upstream() -> Any:
+    from sdk.infra import start_server_thread
+
+    with start_server_thread(_Upstream().app, "127.0.0.1", 0, name="fake-vllm", log_level="critical") as t:
+        yield t.url
+
+
+def test_a_captured_answer_is_journaled_before_the_client_has_it_all(upstream: str, tmp_path: Path) -> None:
+    """Catches: the exchange queued only after the answer went out (`finish` without `seal`), so a SIGKILL right
+    after a client got its 200 loses the capture. Twenty answers, JSON and streamed, each looked for in the
+    journal the moment the client has read its last byte; the collector is not there yet (the client holds)."""
+    from server import GatewaySettings, start_gateway_in_thread
+
+    settings = GatewaySettings(admin_token="a", state_dir=tmp_path / "state", capture=True, await_collector=True)
+    with start_gateway_in_thread(settings, upstream, port=0) as gw, httpx.Client(base_url=gw.url) as http:
+        body = {"model": "policy", "messages": [{"role": "user", "content": "2+2?"}]}
+        for i in range(20):
+            if i % 2:
+                r = http.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200
+                rid = r.json()["id"]
+            else:
+                with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as s:
+                    lines = [ln for ln in s.iter_lines() if ln.startswith("data: ")]
+                    assert lines[-1] == "data: [DONE]"
+                    rid = json.loads(lines[0][6:])["id"]
+                    assert rid in _journaled(settings.capture_spool_dir), f"stream {i} not journaled at [DONE]"
+            assert rid in _journaled(settings.capture_spool_dir), f"answer {i} ({rid}) not journaled"
+
+
+def test_capture_before_the_collector_is_delivered_once_it_is_connected(upstream: str, tmp_path: Path) -> None:
+    """Catches: capture starting only when the collector is connected (`looplift up` starts it after the
+    gateway), so what was served meanwhile is never captured."""
+    from server import GatewaySettings, start_gateway_in_thread
+
+    settings = GatewaySettings(admin_token="a", state_dir=tmp_path / "state", capture=True, await_collector=True)
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    with start_gateway_in_thread(settings, upstream, port=0) as gw:
+        rids = [httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "policy", "messages": [
+            {"role": "user", "content": f"{i}+2?"}]}).json()["id"] for i in range(3)]
+        with serve_in_thread(CollectorSettings(db_url=db), "127.0.0.1", 0) as col:
+            gw.app.connect_collector(col.url, None)
+            assert gw.app.capture is not None and gw.app.capture.flush(20)
+    store = open_store(db)
+    try:
+        assert sorted(rid for rid in rids if store.resolve_response(rid)) == sorted(rids)
+    finally:
+        store.close()
+    assert _journaled(settings.capture_spool_dir) == ""  # delivered: the journal emptied
+
+
+_KILLED_CLIENT = """
+import os, signal, sys
+from sdk import CollectorClient, Message, Outcome, Trajectory
+client = CollectorClient("http://127.0.0.1:9", spool_dir=sys.argv[1], flush_interval=3600)
+for i in range(20):
+    client.submit(Trajectory(id=f"kept-{i}", task_id="t", model="policy", outcome=Outcome(success=True, reward=1.0),
+                             messages=[Message(role="user", content=f"q{i}"), Message(role="assistant", content="a")]))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_sigkilled_client_loses_nothing_it_accepted(tmp_path: Path) -> None:
+    """Catches: trajectories kept only in memory until the next flush (a SIGKILL loses them), and a journal
+    that the next client on the same spool does not adopt and replay."""
+    spool = tmp_path / "spool"
+    p = subprocess.run([sys.executable, "-c", _KILLED_CLIENT, str(spool)], env={**os.environ, "PYTHONPATH": os.getcwd()},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    assert list(spool.glob("*.jsonl")) == []  # nothing was spooled: all 20 are only in the journal
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    with serve_in_thread(CollectorSettings(db_url=db), "127.0.0.1", 0) as col:
+        from sdk import CollectorClient
+
+        with CollectorClient(col.url, spool_dir=spool) as client:
+            assert client.flush(20) and client.stats.replayed == 20
+    store = open_store(db)
+    try:
+        assert store.count() == 20
+    finally:
+        store.close()
+    assert list((spool / "journal").glob("*")) == [] and list(spool.glob("*.jsonl")) == []
