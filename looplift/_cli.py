@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -64,6 +65,12 @@ def _env_cli() -> typer.Typer:
     return group
 
 
+def _model_cli() -> typer.Typer:
+    from ._model_cli import app as group
+
+    return group
+
+
 #: name -> (loader of its typer app, extra, help). Loaded when the group is used (`_LazyGroups`).
 GROUPS: dict[str, tuple[Callable[[], typer.Typer], str, str]] = {
     "server": (_server_cli, "server", "Gateway over vLLM: start, versions, load, promote, rollback."),
@@ -71,6 +78,7 @@ GROUPS: dict[str, tuple[Callable[[], typer.Typer], str, str]] = {
     "trainer": (_trainer_cli, "trainer", "Trainer: build the base model, SFT, the retrain job."),
     "sandbox": (_sandbox_cli, "sandboxes", "Sandboxes: build the image, exec a command."),
     "env": (_env_cli, "sandboxes", "Task families: list them, try one with a reference policy."),
+    "model": (_model_cli, "trainer", "Model families (Qwen, Mistral, ...): build a small one here, list them."),
 }
 
 
@@ -150,6 +158,8 @@ def _one_line(e: BaseException) -> str:
     start_error = getattr(sys.modules.get("server"), "VLLMStartError", None)
     if isinstance(start_error, type) and isinstance(e, start_error):
         err: Any = e
+        if getattr(err, "returncode", None) == -signal.SIGKILL:  # killed while starting: loading weights, often OOM
+            return "vLLM did not start: " + _vllm_exited(err.returncode, err.log_tail, err.log_path)
         why = _log_cause(err.log_tail)
         return f"vLLM did not start: {err.reason}" + (f": {why}" if why else "") + f" (log: {err.log_path})"
     text = str(e) or type(e).__name__
@@ -164,6 +174,17 @@ def _log_cause(tail: str) -> str:
         if head.endswith(("Error", "Exception")) and " " not in head:
             return line[:300]
     return lines[-1][:300] if lines else ""
+
+
+def _vllm_exited(returncode: Optional[int], log_tail: str, log_path: Path) -> str:
+    """`looplift up`'s line for a vLLM that exited: its code and the log's telling line (`_log_cause`). Not for a
+    SIGKILL: a killed process writes nothing more, so its log ends wherever it was, and the last exception line
+    there (a warning logged at start-up) is no cause; the line says it was killed, and by what it could be."""
+    if returncode == -signal.SIGKILL:
+        return (f"vLLM was killed (SIGKILL: out of memory, or killed by another process); `dmesg` names the OOM "
+                f"killer's victims (log: {log_path})")
+    why = _log_cause(log_tail)
+    return f"vLLM exited with code {returncode}" + (f": {why}" if why else "") + f" (log: {log_path})"
 
 
 def build_tiny_model() -> Path:
@@ -236,6 +257,14 @@ def up(
             cli_fail(f"{host}:{port} is already in use; pass another {flag} or stop what listens there", 2)
     if model is not None and not (model / "config.json").is_file():
         cli_fail(f"{model} is not a Hugging Face model directory (no config.json)", 2)
+    if model is not None:  # a static check of the files, template and parser before the ~40 s vLLM start
+        from ._doctor import preflight
+
+        problems = preflight(model, tool_call_parser)
+        for problem in problems[:-1]:
+            console.print(f"error: {problem}", highlight=False, markup=False)
+        if problems:
+            cli_fail(f"{problems[-1]} (`looplift doctor --model {model}` checks more)", 2)
     opts = _UpOptions(capture=capture, capture_keys=tuple(capture_key), tool_call_parser=tool_call_parser,
                       insecure=insecure, generation_config=generation_config)
     try:
@@ -347,15 +376,20 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
             time.sleep(1.0)
             # One vLLM: its death ends `up`. Several: the gateway takes a dead one out and restarts it.
             if stack.gateway.app.replicas is None and stack.vllm is not None and not stack.vllm.alive:
-                why = _log_cause(stack.vllm.log_tail())
-                cli_fail(f"vLLM exited with code {stack.vllm.process.returncode}"
-                         + (f": {why}" if why else "") + f" (log: {stack.vllm.log_path})")
+                cli_fail(_vllm_exited(stack.vllm.process.returncode, stack.vllm.log_tail(), stack.vllm.log_path))
             if not stack.gateway.running:
                 cli_fail("the gateway thread exited")
 
 
 def _parser_in(argv: list[str]) -> Optional[str]:
-    return argv[argv.index("--tool-call-parser") + 1] if "--tool-call-parser" in argv else None
+    """The `--tool-call-parser` vLLM was started with (`--flag V` or `--flag=V`, the last one wins, as in vLLM)."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == "--tool-call-parser" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif a.startswith("--tool-call-parser="):
+            found = a.split("=", 1)[1]
+    return found
 
 
 def _detect_sandbox() -> str:
@@ -446,6 +480,15 @@ def demo_table(result: dict[str, Any]) -> Any:
                       str(c["exported"]), "-" if c["train_loss"] is None else f"{c['train_loss']:.3f}",
                       "yes" if c["promoted"] else "no", figures, f"{c['seconds']:.0f}")
     return table
+
+
+def _doctor_command() -> Callable[..., None]:
+    from ._doctor import doctor  # light: the checks import torch and vLLM when they run
+
+    return doctor
+
+
+app.command("doctor")(_doctor_command())
 
 
 @app.command()

@@ -6,8 +6,9 @@ manager: each part is stopped on the way out, in reverse order, however the bloc
 error propagates, so no vLLM is left running by a half-started stack. vLLM runs tied to this process
 (`sdk.infra.spawn_tied`), so even a SIGKILL, which runs no `with` or `finally`, leaves no vLLM behind; the
 gateway and the collector are threads and go with the process. The gateway is connected to the collector
-once both run (capture and feedback by response id use it); the collector is stopped first,
-so capture spools what it could not deliver.
+once both run (feedback by response id uses it); capture runs from the gateway's first request and journals
+what it captures until then (`server._capture`), so nothing served while the collector starts goes
+uncaptured. The collector is stopped first, so capture spools what it could not deliver.
 
 Deliberately not here: building the base model (`trainer`), choosing sandboxes, training. Imports of the
 component packages are lazy so that `looplift up --model DIR` runs on a `[server]`-only install.
@@ -16,6 +17,7 @@ component packages are lazy so that `looplift up --model DIR` runs on a `[server
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -95,7 +97,9 @@ class Stack:
             upstreams: list[str | LocalReplica] = [*self.local, *cfg.upstreams]
             if not upstreams:
                 raise StackError("nothing to serve: start at least one local vLLM (--replicas) or give --upstream")
-            self.gateway = start_gateway_in_thread(cfg.gateway, upstreams if len(upstreams) > 1 else upstreams[0],
+            # With a collector to come, /health says "degraded" until it is connected, never "ok" before.
+            gateway_settings = dataclasses.replace(cfg.gateway, await_collector=cfg.collector is not None)
+            self.gateway = start_gateway_in_thread(gateway_settings, upstreams if len(upstreams) > 1 else upstreams[0],
                                                    cfg.host, cfg.gateway_port, insecure=cfg.insecure)
             self._exit.callback(self.gateway.stop)
             if cfg.collector is not None:

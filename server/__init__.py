@@ -13,6 +13,7 @@ from ._models import CanaryInfo, CanaryView, HistoryEvent, ReplicaInfo, SwapResu
 from ._replicas import LocalReplica, start_local_replicas
 from ._serve import GatewayHandle, start_gateway_in_thread
 from ._settings import GatewaySettings
+from ._tools import chat_template, detect_tokenizer_mode, detect_tool_parser, mistral_tokenizer_file, resolve_tool_parser
 from ._validate import validate_adapter
 from ._vllm import VLLMConfig, VLLMServer, start_vllm
 from .errors import (
@@ -60,9 +61,14 @@ __all__ = [
     "VersionInfo",
     "VersionNotFoundError",
     "VersionsView",
+    "chat_template",
     "check_bind",
     "create_gateway",
+    "detect_tokenizer_mode",
+    "detect_tool_parser",
     "key_id",
+    "mistral_tokenizer_file",
+    "resolve_tool_parser",
     "start_gateway_in_thread",
     "start_local_replicas",
     "start_vllm",

@@ -2,12 +2,16 @@
 
 Answers are parsed into the pydantic models of `_models`; failures raise the matching `ServerError`
 subclass carrying the gateway's message (401 -> `AdminAuthError`, 404 -> `VersionNotFoundError`, ...).
-It does not retry: a publish step should fail loudly and be re-run.
+It does not retry a request the gateway received: a publish step should fail loudly and be re-run. With
+`connect_wait_s` it keeps trying, that long, a gateway that refuses connections (restarting: `looplift up`
+takes a minute or two to come back), which is safe because nothing was sent.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
@@ -41,8 +45,12 @@ class AdminClient:
         *,
         timeout: float = D.ADMIN_TIMEOUT_S,
         transport: Optional[httpx.BaseTransport] = None,
+        connect_wait_s: float = 0.0,
     ) -> None:
+        """`connect_wait_s`: how long a request keeps retrying (every second) while the gateway refuses connections;
+        0 fails at once."""
         self.base_url = base_url.rstrip("/")
+        self._connect_wait_s = connect_wait_s
         self._client = httpx.Client(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {require_admin_token(token)}"},
@@ -66,6 +74,12 @@ class AdminClient:
         if name is not None:
             body["name"] = name
         return self._call("POST", "/admin/versions", VersionInfo, body)
+
+    def unload(self, version: str) -> VersionInfo:
+        """Unload `version`'s adapter from vLLM once its requests in flight are done; it stays registered, unloaded.
+        A 409 (`ServerError`, `CanaryError`, `BaseConflictError`) when it serves, is the canary's candidate or is a
+        base model."""
+        return self._call("DELETE", f"/admin/versions/{quote(version, safe='')}", VersionInfo)
 
     def promote(self, version: str) -> SwapResult:
         """Point the alias at `version`."""
@@ -108,16 +122,26 @@ class AdminClient:
         return model.model_validate(self._request(method, path, body).json())
 
     def _request(self, method: str, path: str, body: Optional[dict[str, Any]] = None) -> httpx.Response:
-        try:
-            r = self._client.request(method, path, json=body)
-        except httpx.HTTPError as e:
-            raise ServerError(
-                f"cannot reach the gateway at {self.base_url} ({e!r}); is `looplift server start` running "
-                "there, and is --url right?"
-            ) from None
+        deadline = time.monotonic() + self._connect_wait_s
+        while True:
+            try:
+                r = self._client.request(method, path, json=body)
+                break
+            except httpx.ConnectError as e:  # refused before anything was sent: safe to try again
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._unreachable(e) from None
+                time.sleep(min(1.0, left))
+            except httpx.HTTPError as e:
+                raise self._unreachable(e) from None
         if r.is_success:
             return r
         raise _to_error(r)
+
+    def _unreachable(self, e: httpx.HTTPError) -> ServerError:
+        waited = f" (tried for {self._connect_wait_s:.0f} s)" if self._connect_wait_s else ""
+        return ServerError(f"cannot reach the gateway at {self.base_url}{waited} ({e!r}); is `looplift server start` "
+                           "running there, and is --url right?")
 
 
 # The gateway's error `code` -> the class the client raises. Classes whose constructors take structured

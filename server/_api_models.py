@@ -11,11 +11,14 @@ versions that are registered but not loaded (`GET /admin/versions`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from openai.types import Model
+from pydantic import BaseModel, Field
+
+from sdk.infra import error_responses
 
 from ._api_errors import error_response
 from ._proxy import api_key_denied
@@ -25,11 +28,29 @@ if TYPE_CHECKING:
     from ._gateway import Gateway
 
 
+#: What both routes may answer besides their success.
+_ERRORS = {401: "API keys are configured and the request has none of them (invalid_api_key)",
+           503: "vLLM cannot be reached yet (upstream_unavailable)"}
+
+
+class ModelCard(Model):
+    """One model as OpenAI's `models.retrieve` returns it, and the version it answers with."""
+
+    root: str = Field(description="the version this id answers with (for the alias: the serving version)")
+
+
+class ModelList(BaseModel):
+    """`GET /v1/models`: OpenAI's list format."""
+
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
 def models_router(gw: Gateway) -> APIRouter:
     """The two routes, reading the gateway's keys and registry at request time."""
     router = APIRouter()
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", responses={200: {"model": ModelList}, **error_responses(_ERRORS)})
     async def models(request: Request) -> Response:
         """The alias and every loaded version, in OpenAI list format."""
         denied = await _models_ready(gw, request)
@@ -37,7 +58,8 @@ def models_router(gw: Gateway) -> APIRouter:
             return denied
         return JSONResponse({"object": "list", "data": [_card(gw, mid) for mid in gw.registry.model_ids()]})
 
-    @router.get("/v1/models/{model_id:path}")
+    @router.get("/v1/models/{model_id:path}", responses={200: {"model": ModelCard}, **error_responses(
+        {**_ERRORS, 404: "no loaded model has that id (model_not_found)"})})
     async def model(model_id: str, request: Request) -> Response:
         """One model (the alias or a loaded version), as OpenAI's `models.retrieve` expects it."""
         denied = await _models_ready(gw, request)
@@ -65,6 +87,5 @@ async def _models_ready(gw: Gateway, request: Request) -> Optional[JSONResponse]
 
 def _card(gw: Gateway, mid: str) -> dict[str, object]:
     v = gw.registry.resolve(mid)
-    card = Model(id=mid, object="model", created=int(v.created_at.timestamp()), owned_by="looplift")
-    # `root`: the version this id answers with (for the alias: the serving version).
-    return {**card.model_dump(), "root": v.name}
+    return ModelCard(id=mid, object="model", created=int(v.created_at.timestamp()), owned_by="looplift",
+                     root=v.name).model_dump()

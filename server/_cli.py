@@ -2,7 +2,7 @@
 
 Commands: `start` (foreground: vLLM and the gateway; `--replicas N` local vLLMs, `--upstream URL` (repeatable) vLLMs
 started elsewhere, or the gateway alone over those; Ctrl-C stops everything cleanly), `versions`, `replicas`, `load`,
-`promote`, `rollback`.
+`unload`, `promote`, `rollback`.
 Admin commands take `--url` and `--token` (default: `$LOOPLIFT_ADMIN_TOKEN` or the token file), print
 a table or `--json`, and on error print the message (no traceback) and exit 1.
 This module only parses flags and prints; the work is in `_vllm`, `_serve` and `_admin`.
@@ -28,7 +28,7 @@ from ._admin import AdminClient
 from ._models import SwapResult, VersionInfo, VersionsView
 from .errors import ServerError
 
-app = typer.Typer(help="The OpenAI-compatible gateway over vLLM: start it, load/promote/roll back versions.",
+app = typer.Typer(help="The OpenAI-compatible gateway over vLLM: start it, load/unload/promote/roll back versions.",
                   no_args_is_help=True)
 out = Console(soft_wrap=True)
 T = TypeVar("T")
@@ -235,6 +235,19 @@ def load(
 ) -> None:
     """Validate and load an adapter (or register a full checkpoint) as a new version (does not promote it)."""
     _emit(_run(lambda: AdminClient(url, token).load(str(path.expanduser().resolve()), name)), as_json, _loaded)
+
+
+def _unloaded(v: VersionInfo) -> None:
+    out.print(f"[bold]{v.name}[/bold] is {v.state} (still listed; `looplift server promote {v.name}` loads it again)")
+
+
+@app.command()
+def unload(
+    version: str = typer.Argument(..., help="Version whose adapter to unload from vLLM (not the serving one)."),
+    url: str = URL, token: Optional[str] = TOKEN, as_json: bool = JSON,
+) -> None:
+    """Unload VERSION's adapter from vLLM once its requests in flight are done (it stays listed, unloaded)."""
+    _emit(_run(lambda: AdminClient(url, token).unload(version)), as_json, _unloaded)
 
 
 @app.command()

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from sdk import wire
+from sdk.infra import error_responses
 
 from . import _defaults as D
 from ._collector_link import CollectorUnavailable
@@ -50,6 +51,22 @@ class FeedbackRequest(BaseModel):
     text: Optional[str] = Field(default=None, description="free-text feedback")
 
 
+class FeedbackAnswer(BaseModel):
+    """The answer of the gateway's `POST /v1/feedback`: the stored feedback and the trajectory it joined."""
+
+    id: int
+    trajectory_id: str
+    response_id: str
+
+
+#: What the route answers besides 200 (the module docstring says when).
+_ERRORS = {400: "the body does not validate or names none of rating, correction and text, or the collector "
+                "refused the feedback",
+           401: "API keys are configured and the request has none of them (invalid_api_key)",
+           404: "no captured exchange has that response id (response_not_found)",
+           503: "no collector is configured, or it cannot be reached; retry later (collector_unavailable)"}
+
+
 def _error(status: int, message: str, code: str, param: Optional[str] = None) -> JSONResponse:
     return JSONResponse(wire.error_body(status, message, param=param, code=code), status_code=status)
 
@@ -58,7 +75,7 @@ def feedback_router(gw: "Gateway") -> APIRouter:
     """The route, reading the gateway's keys, capture and collector link at request time."""
     router = APIRouter()
 
-    @router.post("/v1/feedback")
+    @router.post("/v1/feedback", response_model=FeedbackAnswer, responses=error_responses(_ERRORS))
     async def feedback(req: FeedbackRequest, request: Request) -> Any:
         """Join feedback to the captured trajectory holding the completion `response_id`."""
         key_id = None

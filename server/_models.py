@@ -76,8 +76,9 @@ class LoadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     #: Adapter directory (peft `save_pretrained` output) or full HF checkpoint directory (config.json + weights,
-    #: no adapter_config.json: a full-weight version, served blue/green) readable by the vLLM process.
-    path: str = Field(min_length=1)
+    #: no adapter_config.json: a full-weight version, served blue/green) readable by the vLLM process. At most
+    #: PATH_MAX (4096 on Linux): no longer one can name a directory.
+    path: str = Field(min_length=1, max_length=4096)
     #: Version name; default: the next `<alias>-v<N>`.
     name: Optional[str] = None
 

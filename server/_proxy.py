@@ -16,9 +16,10 @@ metric label lookups as most of the gateway's cost). One request is:
 Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`). A client that disconnects
 during a stream ends the upstream request too, so vLLM stops generating for nobody.
 
-Capture (`_capture`, when on for the request's key) hooks in at three points: `begin` before forwarding
+Capture (`_capture`, when on for the request's key) hooks in at four points: `begin` before forwarding
 (the already parsed request fields, the `X-Looplift-*` headers), the relay appending the answer's bytes
-(`tee`), and `finish` at the exchange's end (`_done`), which only queues the exchange for the capture worker.
+(`tee`), `seal` just before the answer's last bytes go out (the exchange is journaled before the client has
+it all), and `finish` at the exchange's end (`_done`), which queues only what was not sealed.
 Deliberately not here: admin, health, models and metrics routes (`_gateway`), version bookkeeping
 (`_registry`), rate limiting.
 """
@@ -194,7 +195,7 @@ class Proxy:
             content_type = r.headers.get("Content-Type", "application/json")
             if r.status == 200 and content_type.startswith("text/event-stream"):
                 return await self._relay_stream(upstream, endpoint, r, content_type.encode(), headers, receive, send,
-                                                 tee.chunks if tee is not None else None)
+                                                 tee)
             try:
                 content = await r.read()
             except UpstreamHTTPError as e:
@@ -206,14 +207,16 @@ class Proxy:
                 return "502"
             if r.status >= 500:
                 self.metrics.upstream_error(endpoint)
-            if tee is not None:
+            if tee is not None and self.capture is not None:
                 tee.body = content
+                if r.status == 200:
+                    await self.capture.seal(tee)
             await _answer(send, r.status, content, content_type.encode(), headers)
             return str(r.status)
 
     async def _relay_stream(self, upstream: Upstream, endpoint: str, r: aiohttp.ClientResponse, content_type: bytes,
                             headers: tuple[tuple[bytes, bytes], ...], receive: Receive, send: Send,
-                            tee: Optional[list[bytes]] = None) -> str:
+                            tee: Optional[Exchange] = None) -> str:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", content_type), *headers]})
         # A client that goes away must stop the generation: the watcher closes the upstream answer, which ends
@@ -231,8 +234,10 @@ class Proxy:
         status = "200"
         try:
             async for chunk in r.content.iter_any():
-                if tee is not None:
-                    tee.append(chunk)
+                if tee is not None and self.capture is not None:
+                    tee.chunks.append(chunk)
+                    if self.capture.completes(tee):  # the client has it all once this chunk is out
+                        await self.capture.seal(tee)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamHTTPError as e:
             if not gone:

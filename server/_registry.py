@@ -7,12 +7,15 @@ interface is:
   version; `Lease.release()` gives it back. `acquire` is synchronous on purpose: with no `await` between
   resolving and counting, a concurrent promote can never unload the version a request was routed to.
 * `load(path, name)` registers a new version (vLLM loads it first; a refusal changes nothing here);
-  `promote(name)` and `rollback()` flip the alias. The flip is one list operation on the event loop, so
-  the next `acquire` sees the new version and no request sees half a swap. Admin operations hold one
-  lock, so concurrent promotes / rollbacks / loads run one after the other.
+  `unload(name)` drains a version that is not in use and unloads its adapter (it stays registered, unloaded:
+  names are never reused, and a restart does not load it again); `promote(name)` and `rollback()` flip the
+  alias. The flip is one list operation on the event loop, so the next `acquire` sees the new version and no
+  request sees half a swap. Admin operations hold one lock, so concurrent promotes / rollbacks / loads /
+  unloads run one after the other (an unload holds it only to check and to unload, not while it drains).
 * After a flip, the previous version is drained in a background task: it waits (event-driven, no polling)
   until the version's last lease is released (a stream holds its lease until its last byte) and only
-  then unloads the adapter from vLLM, so a request never loses its adapter mid-answer.
+  then unloads the adapter from vLLM, so a request never loses its adapter mid-answer. `unload` runs the same
+  drain and waits for it.
 * `start_canary(name, fraction)` makes `acquire(alias, session)` send that share of the alias's requests to
   a loaded candidate (`_canary`: sticky per session); `stop_canary` ends it, `decide_canary` records an
   automatic decision and acts on it, and any flip of the alias ends a running canary. These delegate to the
@@ -68,6 +71,7 @@ from ._settings import GatewaySettings, valid_name, version_name
 from ._validate import validate_adapter, validate_checkpoint, version_kind
 from .errors import (
     BaseConflictError,
+    CanaryError,
     InvalidNameError,
     NothingToRollBackError,
     ServerError,
@@ -165,7 +169,7 @@ class Registry:
         self.stack: list[str] = []
         self.history: list[HistoryEvent] = []
         self._lock = asyncio.Lock()
-        self._drains: set[asyncio.Task[None]] = set()
+        self._drains: set[asyncio.Task[Any]] = set()
         self.started = False
         #: The canary part (`_canary_state`): the running canary and its operations, under this registry's lock.
         self.canary_state = CanaryState(self, self._lock)
@@ -316,6 +320,39 @@ class Registry:
             self.save()
             return self._info(v)
 
+    async def unload(self, name: str) -> VersionInfo:
+        """Unload the adapter of `name` from vLLM (every replica) once its last request is done, and keep it
+        registered as unloaded: its name is never reused, a restart does not load it again, and a promote or
+        rollback would. An unloaded version is answered as it is. Raises `VersionNotFoundError`; a 409 for a
+        version in use (`_unloadable`); `UpstreamError` when vLLM refuses the unload (it stays loaded)."""
+        while True:
+            async with self._lock:
+                v = self._unloadable(name)
+                if v.state != "loaded":
+                    return self._info(v)
+                drain = self._drain_task(v, "unloaded on request (DELETE /admin/versions): 0 requests in flight")
+            # Shielded: a caller that gives up does not cancel the unload it asked for. The drain gives up when
+            # the version is promoted or made a canary meanwhile; the next turn then refuses with a 409.
+            refused = await asyncio.shield(drain)
+            if refused is not None:
+                raise refused
+
+    def _unloadable(self, name: str) -> Version:
+        """`name`'s version, if it may be unloaded: registered, not serving, an adapter, not the canary's candidate."""
+        v = self.versions.get(name)
+        if v is None:
+            raise VersionNotFoundError(name, list(self.versions))
+        if name == self.serving:
+            raise _in_use(f"{name!r} serves the alias {self.alias!r}; promote or roll back to another version "
+                          "first (the flip drains and unloads it by itself)")
+        if v.adapter_path is None:
+            raise BaseConflictError(f"{name!r} is a base model (full weights, served by vLLM itself): it has no "
+                                    "adapter to unload; only adapter versions can be unloaded")
+        if self.canary_state.is_candidate(name):
+            raise CanaryError(f"{name!r} is the running canary's candidate; end the canary first (DELETE "
+                              "/admin/canary), which drains and unloads it")
+        return v
+
     async def promote(self, name: str) -> SwapResult:
         """Point the alias at `name` (re-loading its adapter if needed); drain and unload the previous one."""
         async with self._lock:
@@ -439,16 +476,22 @@ class Registry:
         """Unload `name` in the background once its last request is done (never the base model)."""
         if self.versions[name].adapter_path is None:
             return  # the base model is part of vLLM itself and stays loaded
-        task = asyncio.get_running_loop().create_task(self._drain(self.versions[name]), name=f"drain-{name}")
+        self._drain_task(self.versions[name], "drained: 0 requests in flight")
+
+    def _drain_task(self, v: Version, detail: str) -> asyncio.Task[Optional[UpstreamError]]:
+        task = asyncio.get_running_loop().create_task(self._drain(v, detail), name=f"drain-{v.name}")
         self._drains.add(task)
         task.add_done_callback(self._drains.discard)
+        return task
 
-    async def _drain(self, v: Version) -> None:
+    async def _drain(self, v: Version, detail: str) -> Optional[UpstreamError]:
+        """Wait for `v`'s last request, then unload it (recorded with `detail`); returns vLLM's refusal, which
+        leaves it loaded (a background drain only logs it), else None."""
         while True:
             await v.idle.wait()
             async with self._lock:
                 if v.name == self.serving or v.state != "loaded" or self.canary_state.is_candidate(v.name):
-                    return  # promoted again, made a canary (or already unloaded) while draining
+                    return None  # promoted again, made a canary (or already unloaded) while draining
                 if v.in_flight:
                     continue  # a request by version name came in between the wake-up and the lock
                 # Marked before the await so that no new request is routed to it mid-unload.
@@ -459,10 +502,10 @@ class Registry:
                     if e.status != 404:  # 404: vLLM already dropped it, which is the goal
                         v.state = "loaded"
                         log.error("unloading %s failed: %s", v.name, e)
-                        return
-                self.record("unload", v.name, detail="drained: 0 requests in flight")
+                        return e
+                self.record("unload", v.name, detail=detail)
                 self.save()
-                return
+                return None
 
     # ---- persistence ----------------------------------------------------------------------
     def record(self, action: HistoryAction, version: str, previous: Optional[str] = None,
@@ -496,6 +539,14 @@ class Registry:
             stack=list(self.stack), history=self.history,
             canary=self.canary_state.info(),
         ))
+
+
+def _in_use(message: str) -> ServerError:
+    """The 409 (`version_in_use`) for unloading the serving version. errors.py has no class for it yet, so it is a
+    `ServerError` carrying the status and code such a class would: the wire answer will not change when one comes."""
+    e = ServerError(message)
+    e.http_status, e.code = 409, "version_in_use"
+    return e
 
 
 def _same_path(a: Optional[str], b: Optional[str]) -> bool:

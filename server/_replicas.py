@@ -407,7 +407,8 @@ class ReplicaSet:
         """Start and warm as many local vLLMs as the set has, with the same flags, serving `model_dir` (None: the
         checkpoint the set was first started on) as `name`; nothing routes to them until `flip_base`. Raises
         `BaseConflictError` when a replica was not started here, `VLLMStartError` when one does not come up
-        (those started are stopped; the current set keeps serving)."""
+        (those started are stopped; the current set keeps serving). A cancelled call, or the gateway closing
+        meanwhile, stops what it started before it returns."""
         cfg, count = self._origin, len(self.replicas)
         if cfg is None or not all(r.local for r in self.replicas):
             raise BaseConflictError("full-weight versions need vLLM replicas started by this gateway (`looplift "
@@ -418,8 +419,31 @@ class ReplicaSet:
         # Its own half of the cores/GPUs: next to a busy serving set on the same cores, a new vLLM's worker did
         # not finish starting within 300 s on 2 cores.
         half = 1 - self._half
-        started = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: start_local_replicas(new, count, first=half * count, total=2 * count))
+        abandoned = threading.Event()
+
+        def progress(_s: float, _line: str) -> None:  # about once a second in the starting thread
+            if abandoned.is_set() or self._closing:
+                raise _Cancelled("the promote that started this vLLM set was cancelled, or the gateway is closing")
+
+        starting = asyncio.get_running_loop().run_in_executor(
+            None, lambda: start_local_replicas(new, count, progress, first=half * count, total=2 * count))
+        try:
+            started = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # The promote was cancelled (its request, the gateway's shutdown): the thread stops what it started
+            # at its next progress tick; a set that came up meanwhile is stopped here. Nothing outlives the promote.
+            abandoned.set()
+            try:
+                late = await starting
+            except BaseException:  # _Cancelled, or the start's own error: whatever it started is stopped
+                late = []
+            await asyncio.gather(*(asyncio.to_thread(lr.stop) for lr in late))
+            raise
+        except _Cancelled:
+            raise UpstreamError("the gateway is closing: the new vLLM set was stopped before it served") from None
+        if self._closing:  # came up as the gateway closed: close() has stopped the sets it knew of
+            await asyncio.gather(*(asyncio.to_thread(lr.stop) for lr in started))
+            raise UpstreamError("the gateway is closing: the new vLLM set was stopped before it served")
         self._half = half  # only once it started: a retry after a failed start takes the same free half
         self._owned.update(started)
         new_set = [self._replica(lr) for lr in started]

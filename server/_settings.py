@@ -89,6 +89,9 @@ class GatewaySettings:
     collector_url: Optional[str] = None
     #: The collector's ingest key (default `$LOOPLIFT_COLLECTOR_KEY` / `$LOOPLIFT_HOME/collector.key` in `from_env`).
     collector_key: Optional[str] = field(default=None, repr=False)
+    #: A collector will be connected after the gateway starts (`Gateway.connect_collector`; `looplift up` starts
+    #: its collector second): until then `/health` says "degraded", collector "not connected yet", not "ok".
+    await_collector: bool = False
 
     def __post_init__(self) -> None:
         if not self.admin_token:

@@ -42,9 +42,12 @@ class VLLMStartError(ServerError):
     code = "vllm_start_failed"
 
     def __init__(
-        self, reason: str, *, command: Sequence[str], log_path: Path, log_tail: str
+        self, reason: str, *, command: Sequence[str], log_path: Path, log_tail: str,
+        returncode: Optional[int] = None,
     ) -> None:
         self.reason = reason
+        #: The exit code when the process exited before it was healthy (negative: the signal that killed it).
+        self.returncode = returncode
         self.command = list(command)
         self.log_path = log_path
         self.log_tail = log_tail

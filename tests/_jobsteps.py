@@ -75,7 +75,9 @@ def plus_one_suite(n: int = 40, *, slices: Optional[dict[int, str]] = None) -> A
 
 class FakeGateway:
     """The gateway's admin API and chat completions, in memory; `skill[version]` is the set of i that
-    version answers right. `refuse` makes adapter loads fail with a 422 as the real gateway does."""
+    version answers right. `refuse` makes adapter loads fail with a 422 as the real gateway does,
+    `refuse_unload` unloads fail with a 502. `events` is every chat ("chat <version>") and unload
+    ("unload <version>") in order."""
 
     def __init__(self, skill: dict[str, set[int]], *, serving: str = "policy-v0", refuse: bool = False) -> None:
         self.skill = skill
@@ -85,11 +87,14 @@ class FakeGateway:
         self.promoted: list[str] = []
         self.canaries: list[tuple[str, float]] = []
         self.next_skill: set[int] = set()
+        self.refuse_unload = False
+        self.unloaded: list[str] = []
+        self.events: list[str] = []
 
     # -- admin ---------------------------------------------------------------------------------------
     def _info(self, name: str) -> dict[str, Any]:
-        return {"name": name, "adapter_path": None, "state": "loaded", "created_at": "2026-01-01T00:00:00Z",
-                "serving": name == self.serving}
+        return {"name": name, "adapter_path": None, "state": "unloaded" if name in self.unloaded else "loaded",
+                "created_at": "2026-01-01T00:00:00Z", "serving": name == self.serving}
 
     def _admin(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/admin/versions" and request.method == "GET":
@@ -102,6 +107,13 @@ class FakeGateway:
             self.versions.append(name)
             self.skill.setdefault(name, set(self.next_skill))
             return httpx.Response(201, json=self._info(name))
+        if request.url.path.startswith("/admin/versions/") and request.method == "DELETE":
+            name = request.url.path.rsplit("/", 1)[1]
+            self.events.append(f"unload {name}")
+            if self.refuse_unload:
+                return httpx.Response(502, json=wire.error_body(502, "vLLM cannot be reached"))
+            self.unloaded.append(name)
+            return httpx.Response(200, json=self._info(name))
         if request.url.path == "/admin/promote":
             version = json.loads(request.content)["version"]
             previous, self.serving = self.serving, version
@@ -126,6 +138,7 @@ class FakeGateway:
         model = body["model"]
         if model == "policy":
             model = self.serving
+        self.events.append(f"chat {model}")
         m = re.search(r"What is (\d+)\+1\?", body["messages"][-1]["content"])
         i = int(m.group(1)) if m else -1
         text = str(i + 1) if i in self.skill.get(model, set()) else "no idea"

@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from sdk.errors import ConfigError
-from sdk.infra import cli_fail, import_object
+from sdk.infra import TiedProcess, cli_fail, import_object
 
 
 # ---- cli_fail ------------------------------------------------------------------------------------
@@ -147,3 +147,91 @@ def test_a_port_left_in_time_wait_is_free_and_a_listening_one_is_not() -> None:
         with pytest.raises(OSError):
             plain.bind(("127.0.0.1", port))
     assert _port_free("127.0.0.1", port)
+
+
+def test_up_reports_the_tool_call_parser_vllm_was_given_in_either_spelling() -> None:
+    """Broken variant: only `--tool-call-parser V` read, so an `--tool-call-parser=V` in extra args showed the
+    detected parser (or none) in `looplift up`'s summary instead of the one vLLM runs."""
+    from looplift._cli import _parser_in
+
+    assert _parser_in(["-m", "vllm", "--tool-call-parser", "hermes"]) == "hermes"
+    assert _parser_in(["--tool-call-parser", "hermes", "--tool-call-parser=mistral"]) == "mistral"
+    assert _parser_in(["--model", "m"]) is None
+
+
+# ---- looplift up: a vLLM that exited -------------------------------------------------------------
+def _vllm_like(log: Path, last_words: str) -> TiedProcess:
+    """A real process, tied as `looplift up` ties vLLM, that logs a start-up warning in exception form (as vLLM
+    does), then `last_words`, and waits."""
+    import time
+
+    from sdk.infra import spawn_tied
+
+    code = ("import sys, time\nprint('INFO vLLM API server version 0.x')\n"
+            "print('ValueError: the tokenizer has no chat template; a default one is used')\n"
+            f"print({last_words!r}, flush=True)\ntime.sleep(120)\n")
+    with log.open("wb") as f:
+        proc = spawn_tied([sys.executable, "-u", "-c", code], grace_s=1, stdout=f, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while last_words.encode() not in log.read_bytes():
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    return proc
+
+
+def test_up_says_a_sigkilled_vllm_was_killed_not_a_cause_from_its_log(tmp_path: Path) -> None:
+    """Broken variant: the SIGKILL (the OOM killer, an operator) reported as "vLLM exited with code -9" with the log's
+    last exception line as the cause ("ValueError: the tokenizer has no chat template ..."), a start-up warning
+    that had nothing to do with it."""
+    import os
+    import signal
+
+    from looplift._cli import _vllm_exited
+
+    log = tmp_path / "vllm.log"
+    proc = _vllm_like(log, "INFO Loading safetensors checkpoint shards: 100%")
+    os.kill(proc.pid, signal.SIGKILL)  # the vLLM process, not its guardian: what the OOM killer picks
+    assert proc.wait(30) == -signal.SIGKILL
+    line = _vllm_exited(proc.returncode, log.read_text(), log)
+    assert line.startswith("vLLM was killed (SIGKILL: out of memory, or killed by another process)"), line
+    assert f"(log: {log})" in line and "ValueError" not in line and "code -9" not in line
+
+
+def test_up_gives_the_code_and_the_log_cause_of_a_vllm_that_exited_by_itself(tmp_path: Path) -> None:
+    """The other side of the SIGKILL case. Broken variant: every death called "killed" (or the cause dropped), so an
+    exit vLLM explained in its log (here a CUDA out-of-memory error, exit code 1) lost its reason."""
+    import signal
+
+    from looplift._cli import _vllm_exited
+
+    log = tmp_path / "vllm.log"
+    tail = "INFO loading\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    log.write_text(tail)
+    line = _vllm_exited(1, tail, log)
+    assert line == (f"vLLM exited with code 1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB "
+                    f"(log: {log})")
+    assert "killed" not in _vllm_exited(-signal.SIGTERM, tail, log)
+
+
+def test_up_says_a_vllm_killed_while_starting_was_killed(tmp_path: Path) -> None:
+    """Broken variant: a vLLM SIGKILLed while loading its weights (the usual moment for the OOM killer) reported by
+    the log's last exception line ("vLLM did not start: ... ValueError ..."), a start-up warning unrelated to it."""
+    import os
+    import signal
+
+    from looplift._cli import _one_line
+    from server import VLLMStartError
+
+    log = tmp_path / "vllm.log"
+    proc = _vllm_like(log, "INFO Loading safetensors checkpoint shards: 40%")
+    os.kill(proc.pid, signal.SIGKILL)
+    code = proc.wait(30)
+    err = VLLMStartError(f"the process exited with code {code} after 12.0 s", command=["vllm"], log_path=log,
+                         log_tail=log.read_text(), returncode=code)
+    line = _one_line(err)
+    assert line.startswith("vLLM did not start: vLLM was killed (SIGKILL"), line
+    assert "ValueError" not in line and f"(log: {log})" in line
+    exited = VLLMStartError("the process exited with code 1 after 3.0 s", command=["vllm"], log_path=log,
+                            log_tail="ValueError: bad --max-model-len\n", returncode=1)
+    assert _one_line(exited) == (f"vLLM did not start: the process exited with code 1 after 3.0 s: ValueError: bad "
+                                 f"--max-model-len (log: {log})")

@@ -3,6 +3,7 @@ matters (auth, size cap, PII on disk), TestClient elsewhere, the CLI through typ
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,7 +196,7 @@ def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> No
     s1.add_trajectories([traj(1)])
     s1.close()
     with sqlite3.connect(tmp_path / "fresh" / "c.db") as conn:
-        assert conn.execute("SELECT version_num FROM collector_alembic_version").fetchall() == [("0004",)]
+        assert conn.execute("SELECT version_num FROM collector_alembic_version").fetchall() == [("0005",)]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     s2 = open_store(url)  # second startup: upgrade head is a no-op, data kept
     assert s2.count() == 1
@@ -204,6 +205,44 @@ def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> No
     s2.close()
     # The migration builds exactly what the models declare (only Alembic's own table differs).
     assert [d for d in diff if not (d[0] == "remove_table" and d[1].name == "collector_alembic_version")] == []
+
+
+def test_migration_0005_keeps_feedback_and_old_corrections_take_the_trajectory_rule(any_db_url: str,
+                                                                                     tmp_path: Path) -> None:
+    """A database at 0004 with a trajectory and a correction (as a live collector leaves it) upgrades in place.
+    Catches: a migration that loses or rewrites feedback rows, a `response_id` that is not NULL on old rows, and
+    old corrections (no response id) placed anywhere but the last assistant message (the trajectory-id rule)."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    from collector._engine import make_engine
+    from collector._migrate import alembic_config
+
+    engine = make_engine(any_db_url)
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0004")
+    t, at = traj(1, reward=0.0), "2025-01-01 00:00:00"
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO trajectories (id, app, task_id, model, n_messages, content_hash, created_at, started_at, "
+            "finished_at, data) VALUES (:id, 'demo', 'task-1', 'policy', 4, 'h', :at, :at, :at, :data)"),
+            {"id": t.id, "at": at, "data": t.model_dump_json()})
+        conn.execute(sa.text("INSERT INTO feedback (trajectory_id, rating, correction, created_at, key_id) "
+                             "VALUES (:id, -1.0, 'It is 4.', :at, 'k-old')"), {"id": t.id, "at": at})
+    engine.dispose()
+    store = open_store(any_db_url)  # migrates to head with the rows in place
+    try:
+        (fb,) = store.feedback_for(t.id)
+        assert (fb.correction, fb.rating, fb.key_id, fb.response_id) == ("It is 4.", -1.0, "k-old", None)
+        export(store, tmp_path / "sft.jsonl")
+    finally:
+        store.close()
+    (line,) = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert [m["role"] for m in line["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert line["messages"][1]["tool_calls"][0]["function"]["name"] == "python"
+    assert line["messages"][3] == {"role": "assistant", "content": "It is 4."}
 
 
 def test_idempotent_insert_compiles_for_postgres() -> None:

@@ -20,7 +20,7 @@ from collector._cli import app as cli_app
 from collector._curate import score
 from collector._dedup import NearDupFilter
 from collector._export_manifest import holdout_path_for, in_holdout
-from sdk._types import Feedback
+from sdk._types import Feedback, Message, Trajectory
 
 
 def lines(p: Path) -> list[dict[str, Any]]:
@@ -117,17 +117,42 @@ def test_min_score_uses_composed_score_after_scoring(store: Store, tmp_path: Pat
 
 
 def test_correction_is_the_sft_target_and_a_dpo_pair(store: Store, tmp_path: Path) -> None:
+    """An SDK trajectory (user -> tool call -> tool output -> answer) corrected by trajectory id: the correction
+    replaces the last assistant message, the tool call and its output kept. Catches: the correction cut after
+    the first prompt (the tool step dropped, teaching the model to skip it), and a DPO pair that rejects
+    everything after the first prompt instead of the corrected answer."""
     store.add_trajectories([traj(1, reward=0.0), traj(2, reward=None)])
     store.add_feedback(Feedback(trajectory_id="traj-0001", rating=-1, correction="The answer is 4."))
     m = export(store, tmp_path / "sft.jsonl", min_score=0.5)  # the corrected one passes min_score
     (line,) = lines(tmp_path / "sft.jsonl")
     assert m.count == 1 and line["id"] == "traj-0001" and line["corrected"] is True
-    assert line["messages"] == [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is 4."}]
+    user, call, output = line["messages"][:3]
+    assert user == {"role": "user", "content": "2+2?"} and call["tool_calls"][0]["function"]["name"] == "python"
+    assert output == {"role": "tool", "content": "4", "tool_call_id": "c1"}
+    assert line["messages"][3:] == [{"role": "assistant", "content": "The answer is 4."}]
     assert export(store, tmp_path / "n.jsonl", min_score=0.5, corrections=False).count == 0
     export(store, tmp_path / "dpo.jsonl", format="dpo")
     (pair,) = [x for x in lines(tmp_path / "dpo.jsonl") if x["source"] == "correction"]
     assert pair["chosen"] == [{"role": "assistant", "content": "The answer is 4."}] and pair["rejected_id"] == "traj-0001"
-    assert pair["rejected"][0]["tool_calls"][0]["function"]["name"] == "python"
+    assert pair["prompt"] == [user, call, output] and pair["rejected"] == [{"role": "assistant", "content": "4"}]
+
+
+def test_single_turn_correction_exports_as_before(store: Store, tmp_path: Path) -> None:
+    """A one-answer conversation, the common case: the prompt (system included) plus the correction, and the
+    pair rejects that answer, as before multi-turn corrections. Catches: a rule that drops part of the prompt or
+    keeps the wrong answer beside the correction."""
+    t = Trajectory(id="one", task_id="t", model="m", messages=[
+        Message(role="system", content="Be brief."), Message(role="user", content="2+2?"),
+        Message(role="assistant", content="5")])
+    store.add_trajectories([t])
+    store.add_feedback(Feedback(trajectory_id="one", rating=-1, correction="4"))
+    export(store, tmp_path / "sft.jsonl")
+    export(store, tmp_path / "dpo.jsonl", format="dpo")
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    assert lines(tmp_path / "sft.jsonl")[0]["messages"] == prompt + [{"role": "assistant", "content": "4"}]
+    (pair,) = lines(tmp_path / "dpo.jsonl")
+    assert (pair["prompt"], pair["chosen"]) == (prompt, [{"role": "assistant", "content": "4"}])
+    assert pair["rejected"] == [{"role": "assistant", "content": "5"}]
 
 
 # ---- dpo / grpo --------------------------------------------------------------------------------

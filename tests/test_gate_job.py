@@ -267,3 +267,16 @@ def test_looplift_toml_sets_the_split_and_the_retries(tmp_path: Path) -> None:
     path.write_text("[gate]\nretries = 1.5\n")
     with pytest.raises(ConfigError, match=r"\[gate\].retries must be int"):
         load_config(path)
+
+
+def test_gateway_wait_comes_from_the_flag_then_the_file(tmp_path: Path) -> None:
+    from trainer import ConfigError, job_config, load_config
+
+    path = tmp_path / "looplift.toml"
+    path.write_text("[trainer]\ngateway_wait = \"2m\"\n")
+    assert job_config(load_config(path), base_model=str(tmp_path)).gateway_wait_s == 120.0
+    assert job_config(load_config(path), base_model=str(tmp_path), gateway_wait="0").gateway_wait_s == 0.0
+    path.write_text("")
+    assert job_config(load_config(path), base_model=str(tmp_path)).gateway_wait_s == 180.0
+    with pytest.raises(ConfigError, match="gateway_wait 'soon' is not a duration"):
+        job_config(load_config(path), base_model=str(tmp_path), gateway_wait="soon")

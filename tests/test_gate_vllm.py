@@ -1,6 +1,7 @@
 """The gate on the real stack (session vLLM CPU server, gateway, SQLite collector, real export): a
 candidate identical to the serving version is refused. Identical weights with the same per-task seeds
-must give identical replies through vLLM — the premise of the paired test — so every pair is concordant."""
+must give identical replies through vLLM — the premise of the paired test — so every pair is concordant.
+The refused candidate ends unloaded from the gateway and from vLLM (issue 22: rejected candidates leaked)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+import httpx
 import pytest
 from _jobsteps import add_trajectories
 
@@ -38,7 +40,12 @@ def test_the_gate_refuses_a_candidate_equal_to_the_serving_version(
         job = JobConfig(base_model_dir=looplift_model_dir, collector_db=db_url, gateway_url=gw.url, admin_token=ADMIN,
                         runs_dir=tmp_path / "runs", eval_concurrency=8)
         res = run_job(job, suite=suite, train_step=TrainStep("copy", SFT_STEP.export, same_weights))
-        assert admin.versions().serving == serving
+        view = admin.versions()
+        assert view.serving == serving and res.candidate is not None
+        # Mutant: no unload on rejection (the candidate's adapter stays in vLLM for good).
+        assert {v.name: v.state for v in view.versions}[res.candidate] == "unloaded"
+        assert res.candidate not in {m["id"] for m in httpx.get(f"{vllm_server.url}/v1/models").json()["data"]}
+        assert "still loaded" not in res.reason
     assert res.status == "rejected" and res.serving == serving and res.candidate != serving
     g = res.gate
     assert g is not None and (g["n"] + g["n_report"], g["b"], g["c"], g["p_value"]) == (24, 0, 0, 1.0)

@@ -1,6 +1,7 @@
 """The retrain job's decisions without vLLM: a real collector database (SQLite) and export, the gateway
 faked at its HTTP transport (admin API + chat completions), a torch-free train step. One property each:
-promote, idempotence, reject noise, refused adapter, too little data, lock held, interrupted and redone."""
+promote, idempotence, reject noise (and unload the rejected candidate), refused adapter, too little data, lock held,
+interrupted and redone."""
 
 from __future__ import annotations
 
@@ -62,9 +63,42 @@ def test_a_one_task_wobble_is_rejected_and_the_serving_version_kept(job: JobConf
     assert "not better with confidence" in res.reason and res.gate is not None and res.gate["p_value"] == 0.5
 
 
+def test_a_rejected_candidate_is_unloaded_after_its_evaluation(job: JobConfig) -> None:
+    """Mutants: no unload on rejection (every rejected retrain leaves an adapter loaded in vLLM: the soak's leak,
+    issue 22), the unload before the gate's evaluation (the candidate's episodes would find no adapter)."""
+    gw = FakeGateway({"policy-v0": set(range(30))})
+    gw.next_skill = set(range(31))  # b=1, c=0: rejected
+    res = _run(job, gw)
+    assert res.status == "rejected" and gw.unloaded == ["policy-v1"] and gw.serving == "policy-v0"
+    assert gw.events.index("unload policy-v1") > max(i for i, e in enumerate(gw.events) if e == "chat policy-v1")
+    assert "still loaded" not in res.reason
+
+
+def test_a_failed_unload_is_a_note_in_the_reason_not_the_runs_failure(job: JobConfig,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Mutants: the unload's error raised (the run recorded as failed and redone, though the gate decided),
+    the failure swallowed without a trace (the leaked adapter unnoticed: no warning, nothing in the run)."""
+    gw = FakeGateway({"policy-v0": set(range(30))})
+    gw.next_skill = set(range(31))
+    gw.refuse_unload = True
+    res = _run(job, gw)
+    assert res.status == "rejected" and "unload policy-v1" in gw.events and gw.unloaded == []
+    assert res.reason.startswith("not better with confidence")
+    assert "policy-v1 is still loaded" in res.reason and "looplift server unload policy-v1" in res.reason
+    assert json.loads((Path(job.runs_dir) / res.run_id / "result.json").read_text())["reason"] == res.reason  # type: ignore[arg-type]
+    assert any(r.levelname == "WARNING" and "policy-v1" in r.getMessage() for r in caplog.records)
+
+
+def test_a_promoted_candidate_is_not_unloaded(job: JobConfig) -> None:
+    """Mutant: the unload on every decision (the version just promoted would be asked to unload)."""
+    gw = FakeGateway({"policy-v0": set()})
+    gw.next_skill = set(range(40))
+    assert _run(job, gw).status == "promoted" and not any(e.startswith("unload") for e in gw.events)
+
+
 def test_a_refused_adapter_raises_publish_error_naming_the_run(job: JobConfig) -> None:
     gw = FakeGateway({"policy-v0": set()}, refuse=True)
-    with pytest.raises(PublishError, match=r"refused the adapter from run (\S+)") as err:
+    with pytest.raises(PublishError, match=r"could not load the adapter from run (\S+) into the gateway") as err:
         _run(job, gw)
     run = list_runs(Path(job.runs_dir))[-1]  # type: ignore[arg-type]
     assert run["run_id"] in str(err.value) and run["status"] == "failed" and "rank 3" in run["reason"]
@@ -122,6 +156,27 @@ def test_runs_without_a_result_show_as_interrupted_or_running(tmp_path: Path) ->
     first, second = list_runs(tmp_path / "runs")
     assert first["status"] == "interrupted" and first["trigger"] == "cron" and "killed" in first["reason"]
     assert second["status"] == "running"
+
+
+def test_a_run_whose_job_ended_without_a_result_is_failed_not_running_while_its_process_lives(tmp_path: Path) -> None:
+    """Broken variant: liveness by pid alone, so a run whose job could not write its result (a full disk) showed
+    "running" for as long as its process lived, forever for a scheduler inside `looplift up`. The run lock
+    (`RunLock`, an flock on the run directory) is held exactly while the job runs, in this process or another."""
+    import os
+    import socket
+
+    from trainer._lock import RunLock
+
+    run = tmp_path / "runs" / "20260101T000000000000Z-abcd"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": run.name, "trigger": "cron", "host": socket.gethostname(),
+                                              "pid": os.getpid(), "run_lock": True}))
+    with RunLock(run) as alive:
+        assert alive.held
+        [shown] = list_runs(tmp_path / "runs")
+        assert shown["status"] == "running"
+    [shown] = list_runs(tmp_path / "runs")
+    assert shown["status"] == "failed" and shown["reason"].startswith("died without a result"), shown
 
 
 @pytest.mark.slow

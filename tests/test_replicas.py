@@ -133,6 +133,18 @@ def test_request_to_a_dead_replica_is_retried_on_the_other(fakes: list[tuple[Fak
         assert not b.healthy and "failed" in (b.detail or "")
 
 
+def test_unload_reaches_every_replica(fakes: list[tuple[FakeVLLM, ServerThread]], tmp_path: Path) -> None:
+    """Mutant: an unload sent to one upstream only (the other replica keeps the adapter's memory: issue 22's leak,
+    halved)."""
+    with _fake_gateway(fakes, tmp_path, interval=3600) as gw, AdminClient(gw.url, ADMIN) as a:
+        v2 = a.load(str(write_adapter(tmp_path / "adapter-2"))).name
+        assert all(v2 in f.loaded for f, _ in fakes)
+        assert a.unload(v2).state == "unloaded"
+        assert [v2 in f.loaded for f, _ in fakes] == [False, False]
+        assert [f.calls.count(f"unload {v2}") for f, _ in fakes] == [1, 1]
+        assert all(v2 not in r.versions for r in a.replicas())
+
+
 def test_stream_cut_by_its_replica_ends_with_an_error_event_then_it_rejoins_with_the_adapter(
     fakes: list[tuple[FakeVLLM, ServerThread]], tmp_path: Path,
 ) -> None:

@@ -91,8 +91,8 @@ def _common_args(tmp_path: Path, db_url: str) -> list[str]:
     plus_one.write_text("".join(json.dumps({"id": f"q{i}", "turns": [f"What is {i}+1?"], "expected": str(i + 1)}) + "\n"
                                 for i in range(5)))
     (tmp_path / "base").mkdir(exist_ok=True)
-    return ["--eval", str(plus_one), "--db", db_url, "--gateway", "http://127.0.0.1:9", "--token", "t",
-            "--base-model", str(tmp_path / "base"), "--runs-dir", str(tmp_path / "runs"), "--app", "shop",
+    return ["--eval", str(plus_one), "--db", db_url, "--gateway", "http://127.0.0.1:9", "--gateway-wait", "0",
+            "--token", "t", "--base-model", str(tmp_path / "base"), "--runs-dir", str(tmp_path / "runs"), "--app", "shop",
             "--min-examples", "1", "--algo", "_jobsteps:slow_step"]
 
 

@@ -193,7 +193,7 @@ def test_metrics_count_requests_swaps_and_in_flight(client: httpx.Client, admin:
 def test_admin_requires_token(client: httpx.Client, headers: dict[str, str]) -> None:
     for method, path, body in [("GET", "/admin/versions", None), ("POST", "/admin/versions", {"path": "/x"}),
                                ("POST", "/admin/promote", {"version": "policy-v0"}),
-                               ("POST", "/admin/rollback", None)]:
+                               ("POST", "/admin/rollback", None), ("DELETE", "/admin/versions/policy-v0", None)]:
         r = client.request(method, path, json=body, headers=headers)
         assert r.status_code == 401, (path, r.text)
         assert r.json()["error"]["code"] == "invalid_admin_token"
@@ -243,6 +243,63 @@ def test_promote_unknown_version_404(admin: AdminClient, client: httpx.Client) -
         admin.promote("policy-v9")
     r = client.post("/admin/promote", json={"version": "policy-v9"}, headers={"Authorization": f"Bearer {ADMIN}"})
     assert r.status_code == 404
+
+
+def _unload(client: httpx.Client, version: str) -> httpx.Response:
+    return client.delete(f"/admin/versions/{version}", headers={"Authorization": f"Bearer {ADMIN}"})
+
+
+def test_unload_frees_a_loaded_version_in_vllm(client: httpx.Client, admin: AdminClient, vllm_server: Any,
+                                               looplift_new_adapter: Callable[[int], Path]) -> None:
+    """Mutants: the registry marked unloaded but vLLM never asked (the adapter's memory stays taken: the leak
+    of issue 22), the version still answering by name after its unload."""
+    v1 = admin.load(str(looplift_new_adapter(0))).name
+    assert _chat(client, model=v1).status_code == 200 and v1 in _vllm_models(vllm_server)
+    r = _unload(client, v1)
+    assert r.status_code == 200 and (r.json()["name"], r.json()["state"]) == (v1, "unloaded")
+    assert v1 not in _vllm_models(vllm_server)  # gone when the answer comes, not some time later
+    assert v1 not in {m["id"] for m in client.get("/v1/models").json()["data"]}
+    assert _chat(client, model=v1).status_code == 404
+    view = admin.versions()
+    assert {v.name: v.state for v in view.versions}[v1] == "unloaded" and view.serving == "policy-v0"
+    assert view.history[-1].action == "unload" and view.history[-1].version == v1
+    assert _chat(client).json()["model"] == "policy-v0"
+
+
+def test_unload_unknown_version_404(admin: AdminClient, client: httpx.Client) -> None:
+    """Mutant: an unknown name answered 200 (a typo would look like a successful unload)."""
+    with pytest.raises(VersionNotFoundError, match="policy-v9"):
+        admin.unload("policy-v9")
+    r = _unload(client, "policy-v9")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "version_not_found"
+
+
+def test_unload_refuses_the_serving_version_and_the_base_model(
+    client: httpx.Client, admin: AdminClient, vllm_server: Any, looplift_new_adapter: Callable[[int], Path],
+) -> None:
+    """Mutants: the serving version unloadable (every alias request would fail until a promote), the base model
+    sent to vLLM's unload (it is not an adapter)."""
+    r = _unload(client, "policy-v0")  # the base model, serving
+    assert r.status_code == 409 and r.json()["error"]["code"] == "version_in_use"
+    v1 = admin.load(str(looplift_new_adapter(0))).name
+    admin.promote(v1)
+    r = _unload(client, v1)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "version_in_use" and "promote" in r.text
+    r = _unload(client, "policy-v0")  # the base model, no longer serving
+    assert r.status_code == 409 and r.json()["error"]["code"] == "base_conflict"
+    assert {v1, "policy-v0"} <= _vllm_models(vllm_server) and _chat(client).json()["model"] == v1
+
+
+def test_unload_refuses_the_running_canarys_candidate(
+    client: httpx.Client, admin: AdminClient, vllm_server: Any, looplift_new_adapter: Callable[[int], Path],
+) -> None:
+    """Mutant: the candidate unloadable while its canary runs (its share of the alias's traffic would fall back
+    silently, and the watch would judge a canary that no longer exists)."""
+    v1 = admin.load(str(looplift_new_adapter(0))).name
+    admin.start_canary(v1, 0.5)
+    r = _unload(client, v1)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "canary_conflict" and "DELETE /admin/canary" in r.text
+    assert v1 in _vllm_models(vllm_server) and admin.canary().canary is not None
 
 
 def _corrupt_variants(good: Path, tmp: Path) -> list[tuple[str, str, Path]]:
@@ -500,6 +557,10 @@ def test_cli_admin_commands(gateway: GatewayHandle, looplift_new_adapter: Callab
     res = run(app, ["versions", *common])
     assert res.exit_code == 0 and "canary" in res.output
     assert run(app, ["rollback", *common]).exit_code == 0
+    res = run(app, ["unload", "canary", *common, "--json"])  # drained by the rollback, or now
+    assert res.exit_code == 0 and json.loads(res.output)["state"] == "unloaded"
+    res = run(app, ["unload", "policy-v0", *common])
+    assert res.exit_code == 1 and "serves the alias" in res.output and "Traceback" not in res.output
     res = run(app, ["promote", "policy-v7", *common])
     assert res.exit_code == 1 and "policy-v7" in res.output and "Traceback" not in res.output
     res = run(app, ["versions", "--url", gateway.url, "--token", "wrong"])

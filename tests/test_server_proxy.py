@@ -232,3 +232,9 @@ def test_health_is_ok_only_when_the_collector_is_ready_too(fake: tuple[FakeVLLM,
             assert (h["status"], h["collector"], h["vllm"]) == ("ok", "ok", "ok")
     with start_gateway_in_thread(GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "s2"), fake[1].url, port=0) as gw:
         assert "collector" not in httpx.get(f"{gw.url}/health", timeout=10).json()  # none configured: not a part
+    # `looplift up` starts its collector after the gateway: "ok" before it is connected sent feedback to a 503
+    # (the broken variant, found by the model families' stack test).
+    awaiting = GatewaySettings(admin_token=ADMIN, state_dir=tmp_path / "s3", await_collector=True)
+    with start_gateway_in_thread(awaiting, fake[1].url, port=0) as gw:
+        h = httpx.get(f"{gw.url}/health", timeout=10)
+        assert h.status_code == 200 and h.json()["status"] == "degraded" and "not connected" in h.json()["collector"]

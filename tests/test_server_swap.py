@@ -18,7 +18,7 @@ from typing import Optional
 import pytest
 
 from _adapters import write_adapter
-from server import GatewaySettings, NothingToRollBackError, UpstreamError, VersionExistsError
+from server import GatewaySettings, NothingToRollBackError, ServerError, UpstreamError, VersionExistsError
 from server._registry import Lease, Registry
 
 BASE = "policy-v0"
@@ -174,6 +174,75 @@ async def test_base_version_is_never_unloaded(settings: GatewaySettings, adapter
     await reg.wait_drained()
     assert BASE in fake.loaded and ("unload", BASE) not in fake.calls
     assert reg.model_ids() == ["policy", BASE, "policy-v1"]
+
+
+# ---- unload on request ------------------------------------------------------------------------------
+async def test_unload_waits_for_the_last_request_then_unloads(settings: GatewaySettings, adapters: list[str]) -> None:
+    """Mutant: an unload that does not wait for the drain (a request answered by the version by name loses its
+    adapter mid-answer)."""
+    fake = FakeVLLM()
+    reg = await _serving_v1(settings, fake, adapters)
+    await reg.load(adapters[1])
+    stream = _acquire(reg, "policy-v2")
+    unload = asyncio.ensure_future(reg.unload("policy-v2"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+        assert not unload.done() and "policy-v2" in fake.loaded
+    stream.release()
+    info = await unload
+    assert (info.name, info.state) == ("policy-v2", "unloaded") and "policy-v2" not in fake.loaded
+    assert reg.acquire("policy-v2") is None and reg.history[-1].action == "unload"
+    assert (await reg.unload("policy-v2")).state == "unloaded"  # again: answered as it is, vLLM not asked
+    assert fake.calls.count(("unload", "policy-v2")) == 1
+
+
+async def test_an_unloaded_version_stays_unloaded_across_a_restart_and_its_name_is_kept(
+    settings: GatewaySettings, adapters: list[str],
+) -> None:
+    """Mutants: the version dropped from the registry (its name reused by the next load, which vLLM's prefix
+    cache can answer with stale blocks), the new state not saved (registry.json still says loaded), a restart
+    that loads it again."""
+    fake = FakeVLLM()
+    reg = await _serving_v1(settings, fake, adapters)
+    await reg.load(adapters[1])
+    await reg.unload("policy-v2")
+    stored = json.loads(settings.registry_path.read_text())
+    assert {v["name"]: v["state"] for v in stored["versions"]}["policy-v2"] == "unloaded"
+    await reg.close()
+    again = await _registry(settings, fake)
+    assert again.versions["policy-v2"].state == "unloaded" and "policy-v2" not in fake.loaded
+    assert again.view().versions[-1].name == "policy-v2"
+    assert (await again.load(adapters[2])).name == "policy-v3"
+
+
+async def test_unload_refused_by_vllm_raises_and_the_version_stays_loaded(
+    settings: GatewaySettings, adapters: list[str],
+) -> None:
+    """Mutant: the refusal swallowed as it is for a background drain (the caller told "unloaded" while the
+    adapter stays in vLLM: the leak goes on unseen)."""
+    fake = FakeVLLM()
+    reg = await _serving_v1(settings, fake, adapters)
+    await reg.load(adapters[1])
+    fake.down = True
+    with pytest.raises(UpstreamError, match="not reachable"):
+        await reg.unload("policy-v2")
+    assert reg.versions["policy-v2"].state == "loaded" and _acquire(reg, "policy-v2").version == "policy-v2"
+
+
+async def test_promoted_while_its_unload_drains_is_refused_and_kept(settings: GatewaySettings, adapters: list[str]) -> None:
+    """Mutant: a drain that gave up (the version serves now) answered as a success."""
+    fake = FakeVLLM()
+    reg = await _serving_v1(settings, fake, adapters)
+    await reg.load(adapters[1])
+    lease = _acquire(reg, "policy-v2")
+    unload = asyncio.ensure_future(reg.unload("policy-v2"))
+    await _settle()
+    await reg.promote("policy-v2")
+    lease.release()
+    with pytest.raises(ServerError, match="serves the alias") as e:
+        await unload
+    assert (e.value.http_status, e.value.code) == (409, "version_in_use")
+    assert reg.serving == "policy-v2" and "policy-v2" in fake.loaded
 
 
 # ---- rollback --------------------------------------------------------------------------------------

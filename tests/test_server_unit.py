@@ -4,6 +4,7 @@ failures, the gateway with vLLM down, the admin client and CLI error paths."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from server import (
     validate_adapter,
 )
 from server._cli import app
+from server._validate import validate_checkpoint, version_kind
 from server._vllm import build_command, free_port
 
 
@@ -57,6 +59,20 @@ def test_validate_names_the_problem(tmp_path: Path, mutate, problem: str) -> Non
         validate_adapter(str(d), 8)
     assert problem in e.value.message
     assert str(d) in e.value.message
+
+
+@pytest.mark.parametrize("path, problem", [
+    ("~no-such-user-looplift/adapter", "names no user"),  # Path.expanduser: RuntimeError
+    ("/tmp/" + "x" * 300, "cannot read it (File name too long)"),  # Path.is_file: OSError ENAMETOOLONG
+])
+def test_a_path_the_gateway_cannot_read_is_refused_not_a_crash(path: str, problem: str) -> None:
+    """`POST /admin/versions` with such a path answered 500 (schemathesis, issue 22): the error escaped as what
+    it is, not as `AdapterInvalidError` (400). Checked in the order `Registry.load` calls them."""
+    with pytest.raises(AdapterInvalidError, match=re.escape(problem)):
+        validate_checkpoint(path) if version_kind(path) == "full" else validate_adapter(path, 8)
+    with pytest.raises(AdapterInvalidError) as e:
+        validate_checkpoint(path)
+    assert e.value.kind == "checkpoint"
 
 
 def test_validate_rejects_non_lora_tensors(tmp_path: Path) -> None:
@@ -307,3 +323,46 @@ def test_accepted_connections_have_tcp_nodelay(fast_loop: bool) -> None:
         assert c.get("/").text == "ok"  # the client keeps the connection open: the server's end is still there
         accepted = [p.transport.get_extra_info("socket") for p in list(st._server.server_state.connections)]
         assert accepted and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in accepted)
+
+
+def _versions_body() -> dict[str, Any]:
+    return {"alias": "policy", "serving": "policy-v0", "versions": [], "history": []}
+
+
+def test_admin_client_waits_for_a_restarting_gateway_but_never_resends() -> None:
+    """Broken variants: no waiting (a job's publish fails because `looplift up` is restarting, its training
+    thrown away), or waiting on every transport error, which re-sends a request the gateway may have acted on (a
+    load done twice is two versions)."""
+    calls: list[str] = []
+
+    def refusing_twice(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if len(calls) <= 2:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        return httpx.Response(200, json=_versions_body())
+
+    with server.AdminClient("http://gw", "tok", transport=httpx.MockTransport(refusing_twice), connect_wait_s=10) as a:
+        assert a.versions().serving == "policy-v0" and len(calls) == 3
+
+    sent: list[str] = []
+
+    def cut_after_sending(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        raise httpx.ReadError("connection reset", request=request)
+
+    with server.AdminClient("http://gw", "tok", transport=httpx.MockTransport(cut_after_sending),
+                            connect_wait_s=10) as a, pytest.raises(server.ServerError, match="cannot reach the gateway"):
+        a.load("/adapters/a1")
+    assert sent == ["/admin/versions"]  # once: it may have been loaded
+
+    t0 = time.monotonic()
+    refused: list[str] = []
+
+    def always_refusing(request: httpx.Request) -> httpx.Response:
+        refused.append(request.url.path)
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    with server.AdminClient("http://gw", "tok", transport=httpx.MockTransport(always_refusing),
+                            connect_wait_s=1.5) as a, pytest.raises(server.ServerError, match=r"tried for 2 s"):
+        a.versions()
+    assert 1.4 <= time.monotonic() - t0 < 10 and len(refused) >= 2

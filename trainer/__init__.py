@@ -42,6 +42,20 @@ _EXPORTS = {
     "build_base_model": "._base_model",
     "write_lora_adapter": "._base_model",
     "write_untrained": "._base_model",
+    "DEFAULT_STEPS": "._families",
+    "FAMILIES": "._families",
+    "SIZES": "._families",
+    "check_build": "._families",
+    "ModelFamily": "._families",
+    "build_family_model": "._families",
+    "family_tokenizer": "._families",
+    "model_family": "._families",
+    "NoLoraTargets": "._lora",
+    "lora_model": "._lora",
+    "lora_targets": "._lora",
+    "save_adapter": "._lora",
+    "calc_demo": "._tool_demos",
+    "lookup_demo": "._tool_demos",
     "CanaryConfig": "._canary",
     "CanaryWatch": "._canary",
     "WatchConfig": "._canary",
@@ -78,6 +92,7 @@ _EXPORTS = {
     "Trained": "._steps",
     "load_suite": "._suites",
     "ConfigError": ".errors",
+    "DiskSpaceError": ".errors",
     "JobInterrupted": ".errors",
     "PublishError": ".errors",
     "SuiteError": ".errors",
@@ -114,7 +129,10 @@ _EXPORTS = {
 
 __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
     "CanaryConfig", "CanaryWatch", "WatchConfig", "canary_config",
-    "BaseModelConfig", "CheckerVerifier", "ConfigError", "CycleResult", "DistConfig", "DPOConfig", "DPOResult", "Episode",
+    "DEFAULT_STEPS", "FAMILIES", "SIZES", "ModelFamily", "NoLoraTargets", "build_family_model", "calc_demo",
+    "check_build", "family_tokenizer", "lookup_demo",
+    "lora_model", "lora_targets", "model_family", "save_adapter",
+    "BaseModelConfig", "CheckerVerifier", "ConfigError", "CycleResult", "DiskSpaceError", "DistConfig", "DPOConfig", "DPOResult", "Episode",
     "EvalResult", "GRPOConfig", "GRPOLearner", "GRPOResult", "GateConfig", "GateDecision", "Group", "HoldoutSuite",
     "JobConfig", "JobContext", "JobInterrupted", "JobLock", "JobResult", "LoopliftConfig", "OnlineConfig",
     "OnlineGRPO", "PassRateSampler", "PublishError", "SFTConfig", "SFTResult", "ScheduleConfig", "Scheduler",
@@ -131,6 +149,18 @@ if TYPE_CHECKING:
     from ._canary import CanaryConfig, CanaryWatch, WatchConfig
     from ._config import LoopliftConfig, canary_config, job_config, load_config, schedule_config
     from ._dist import DistConfig
+    from ._families import (
+        DEFAULT_STEPS,
+        FAMILIES,
+        SIZES,
+        ModelFamily,
+        build_family_model,
+        check_build,
+        family_tokenizer,
+        model_family,
+    )
+    from ._lora import NoLoraTargets, lora_model, lora_targets, save_adapter
+    from ._tool_demos import calc_demo, lookup_demo
     from ._eval import EvalResult, evaluate
     from ._from_holdout import HoldoutSuite, suite_from_holdout
     from sdk import mcnemar_p
@@ -153,6 +183,7 @@ if TYPE_CHECKING:
     from .dpo import DPOConfig, DPOResult, train_dpo
     from .errors import (
         ConfigError,
+        DiskSpaceError,
         JobInterrupted,
         PublishError,
         SuiteError,

@@ -124,6 +124,9 @@ _ALGO = typer.Option(None, "--algo", help="Training algorithm: sft | dpo | grpo 
 _BASE = typer.Option(None, "--base-model", help="Base model the server serves (default: the cached tiny model).")
 _DB = typer.Option(None, "--db", help="Collector DB URL (default sqlite:///$LOOPLIFT_HOME/collector.db).")
 _GATEWAY = typer.Option(None, "--gateway", help="Gateway URL (default http://127.0.0.1:8000).")
+_GATEWAY_WAIT = typer.Option(None, "--gateway-wait", help="How long loading the candidate into the gateway keeps "
+                                                         "retrying while it refuses connections, e.g. 30s, 3m; "
+                                                         "0 fails at once (default 180s: a restarting `looplift up`).")
 _TOKEN = typer.Option(None, "--token", help="Admin token (default $LOOPLIFT_ADMIN_TOKEN or the token file).")
 _APP = typer.Option(None, "--app", help="Only train on this app's trajectories.")
 _MIN_REWARD = typer.Option(None, "--min-reward", help="Only train on trajectories with at least this reward (1.0).")
@@ -144,6 +147,7 @@ _RUNS_DIR = typer.Option(None, "--runs-dir", help="Run history directory (defaul
 _JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "eval": (Optional[str], _EVAL), "config": (Optional[Path], _CONFIG), "algo": (Optional[str], _ALGO),
     "base_model": (Optional[Path], _BASE), "db": (Optional[str], _DB), "gateway": (Optional[str], _GATEWAY),
+    "gateway_wait": (Optional[str], _GATEWAY_WAIT),
     "token": (Optional[str], _TOKEN), "app": (Optional[str], _APP), "min_reward": (Optional[float], _MIN_REWARD),
     "min_score": (Optional[float], _MIN_SCORE), "min_examples": (Optional[int], _MIN_EXAMPLES),
     "holdout": (Optional[float], _HOLDOUT), "alpha": (Optional[float], _ALPHA),

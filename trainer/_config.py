@@ -82,10 +82,9 @@ _FIELD_TYPES: dict[Any, tuple[type, ...]] = {"float": _NUM, float: _NUM, "int": 
 #: section -> key -> accepted Python types of the TOML value.
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "trainer": {"eval": (str,), "app": (str,), "algo": (str,), "base_model": (str,), "db": (str,),
-                "gateway": (str,), "alias": (str,), "min_reward": _NUM, "min_score": _NUM, "min_examples": (int,),
-                "holdout": _NUM, "runs_dir": (str,), "eval_seed": (int,), "eval_concurrency": (int,), "canary": _NUM,
-                "nproc": (int,),
-                "strategy": (str,)},
+                "gateway": (str,), "gateway_wait": (str, *_NUM), "alias": (str,), "min_reward": _NUM,
+                "min_score": _NUM, "min_examples": (int,), "holdout": _NUM, "runs_dir": (str,), "eval_seed": (int,),
+                "eval_concurrency": (int,), "canary": _NUM, "nproc": (int,), "strategy": (str,)},
     "gate": {"alpha": _NUM, "slice_tolerance": _NUM, "report_fraction": _NUM, "retries": (int,)},
     "schedule": {"cron": (str,), "new_data": (int,), "drift": _NUM, "drift_window": (str, *_NUM),
                  "drift_min_episodes": (int,), "poll": (str, *_NUM)},
@@ -241,18 +240,27 @@ def job_config(cfg: LoopliftConfig, *, admin_token: Optional[str] = None, **flag
         if canary is not None and not 0.0 < canary < 1.0:
             raise ValueError(f"canary must be a share of traffic strictly between 0 and 1, got {canary}")
         dist = DistConfig(nproc=int(t.get("nproc", D.NPROC)), strategy=t.get("strategy", D.STRATEGY))
+        gateway_wait = _gateway_wait(t.get("gateway_wait", D.GATEWAY_CONNECT_WAIT_S))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
     return JobConfig(
         base_model_dir=model_dir,
         collector_db=collector_db_url(t),
-        gateway_url=t.get("gateway", D.GATEWAY_URL), admin_token=admin_token, alias=t.get("alias", D.ALIAS),
+        gateway_url=t.get("gateway", D.GATEWAY_URL), gateway_wait_s=gateway_wait, admin_token=admin_token,
+        alias=t.get("alias", D.ALIAS),
         app=t.get("app"), eval=spec, algo=t.get("algo", D.ALGO), min_reward=float(t.get("min_reward", D.MIN_REWARD)),
         min_score=None if t.get("min_score") is None else float(t["min_score"]),
         min_examples=int(t.get("min_examples", D.MIN_EXAMPLES)), holdout=None if holdout is None else float(holdout),
         gate=gate, eval_seed=t.get("eval_seed"), eval_concurrency=int(t.get("eval_concurrency", D.EVAL_CONCURRENCY)),
         **algos, runs_dir=Path(t["runs_dir"]) if t.get("runs_dir") else None, canary=canary, dist=dist,
     )
+
+
+def _gateway_wait(value: Any) -> float:
+    """`gateway_wait`: a duration, or 0 (fail at once when the gateway refuses connections)."""
+    if value in (0, "0", "0s"):
+        return 0.0
+    return parse_duration(value, "gateway_wait")
 
 
 def schedule_config(cfg: LoopliftConfig, **flags: Any) -> "ScheduleConfig":

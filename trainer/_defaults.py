@@ -8,6 +8,9 @@ from __future__ import annotations
 
 #: Gateway the retrain job loads candidates into and promotes on.
 GATEWAY_URL = "http://127.0.0.1:8000"
+#: How long a job keeps trying a gateway that refuses connections before it publishes (a restarting `looplift up`
+#: is back in one to two minutes); a gateway that answers with an error fails the job at once.
+GATEWAY_CONNECT_WAIT_S = 180.0
 #: The alias that names the serving version.
 ALIAS = "policy"
 

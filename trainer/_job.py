@@ -12,13 +12,21 @@ Cron, a Kubernetes CronJob, `trainer schedule` and the demo call the same functi
                  else the app's k-th gate (`_gate_ledger`, recorded before any promotion) tests the
                  selection split at alpha_k, and the held-out figures come from the report split
     7. promote   only if the gate says so (with `canary` set: start a canary of that share of the traffic
-                 instead; the canary watch, `_canary`, then promotes or drops it from live outcomes)
+                 instead; the canary watch, `_canary`, then promotes or drops it from live outcomes); a rejected
+                 candidate is unloaded from the gateway (a failed unload is a warning and a note in the reason,
+                 never the run's failure: the decision stands)
 
 A run's state lives in `<runs>/<run_id>/` (see `_runs`): the resolved config, the data, the adapter and
 `result.json`, written last with the status, the reason and every gate figure. A stop request (SIGTERM,
 a stopping scheduler) before the alias flip leaves the serving version untouched and the run recorded
 as interrupted; its inputs count as new again, so the next trigger redoes it. A crash is recorded as
 failed with the error, and re-raised.
+
+A full disk is a failure like any other, recorded as failed with "disk full: ..." (the path, the bytes free
+there). So that the disk that just filled up still takes that record, each run sets `RESULT_RESERVE_BYTES`
+aside when it starts and gives them back just before writing its result. Should even the result not fit, the
+job logs that and raises its own error, never the one from writing the record; the run lock (`_lock.RunLock`)
+it drops on the way out then tells `trainer runs` that the run is not running any more.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
+import logging
 import os
 import secrets
 import socket
@@ -47,12 +57,13 @@ from ._gate_ledger import GateLedger
 from ._interrupt import StopToken
 from ._dist import DistConfig
 from ._json import jsonable
-from ._lock import JobLock
+from ._lock import JobLock, RunLock
+from ._lora import free_space
 from ._runs import default_runs_dir, last_decided, publish_run
 from sdk import EvalSuite
 from ._steps import JobContext, TrainStep
 from ._train_steps import resolve_train_step
-from .errors import JobInterrupted, PublishError
+from .errors import DiskSpaceError, JobInterrupted, PublishError
 from .dpo import DPOConfig
 from .grpo import GRPOConfig
 from .sft import SFTConfig
@@ -64,6 +75,13 @@ if TYPE_CHECKING:
 
 Status = Callable[[str], None]
 
+#: Room a run sets aside when it starts (`result.reserve` in its directory) and gives back just before writing its
+#: result, so that a disk that filled up meanwhile still takes the record of why the run failed. A result with its
+#: gate's per-slice table takes a few KiB.
+RESULT_RESERVE_BYTES = 256 << 10
+
+log = logging.getLogger("looplift.trainer")
+
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -74,6 +92,9 @@ class JobConfig:
     collector_db: str
     """SQLAlchemy URL of the collector's database (the job reads the curated export from it)."""
     gateway_url: str = D.GATEWAY_URL
+    gateway_wait_s: float = D.GATEWAY_CONNECT_WAIT_S
+    """How long loading into and promoting on the gateway keep retrying while it refuses connections (a
+    `looplift up` restarting); 0 fails at once."""
     admin_token: Optional[str] = field(default=None, repr=False)
     """Gateway admin token; default `$LOOPLIFT_ADMIN_TOKEN`, then `$LOOPLIFT_HOME/admin.token`. Never written."""
     alias: str = D.ALIAS
@@ -174,6 +195,87 @@ def _new_run_dir(runs: Path) -> tuple[str, Path]:
     return run_id, run_dir
 
 
+def _full_disk(e: BaseException) -> Optional[BaseException]:
+    """`e`, or the error it was raised from or while handling, that says the disk is full (or the quota spent)."""
+    seen: set[int] = set()
+    cur: Optional[BaseException] = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, DiskSpaceError) or (isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, errno.EDQUOT)):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def failure_reason(e: BaseException, where: Path) -> str:
+    """What a failed run records about `e`: for a full disk "disk full: ..." with the path and the bytes free on
+    its disk (`where` stands in for the path when the error names none: a write to an open file), so the operator
+    knows what to free; otherwise the error's type and message."""
+    full = _full_disk(e)
+    if full is None:
+        return f"{type(e).__name__}: {e}"
+    if isinstance(full, DiskSpaceError):  # refused before writing (`_lora.ensure_room`): it names path and room
+        return f"disk full: {full}"
+    filename = getattr(full, "filename", None)
+    path = Path(os.fsdecode(filename)) if isinstance(filename, (str, bytes)) else where
+    try:
+        disk, free = free_space(path)
+        room = f"{free} bytes free on the disk holding {disk}"
+    except OSError:
+        room = "free space unknown"
+    return (f"disk full: writing {path} failed ({getattr(full, 'strerror', None) or full}); {room}; free space "
+            "there (old adapters, exports, logs under $LOOPLIFT_HOME) and the next trigger redoes this run")
+
+
+class _Recorder:
+    """Writes a run's records (see `_runs`). Created when the run starts: `run.json`, `config.json` and the
+    room its result will need (`result.reserve`); a disk too full for them raises `DiskSpaceError` and leaves
+    no run directory behind. `record(result)` writes `result.json` into that room; when even that fails it
+    logs why and returns, so that the caller raises its own error, not this one."""
+
+    def __init__(self, config: JobConfig, run_dir: Path, started: dict[str, Any]) -> None:
+        self.config, self.run_dir, self.t0 = config, run_dir, time.monotonic()
+        self._reserve = run_dir / "result.reserve"
+        try:
+            atomic_write_json(run_dir / "run.json", started)
+            atomic_write_json(run_dir / "config.json", jsonable(config))
+            _set_aside(self._reserve, RESULT_RESERVE_BYTES)
+        except OSError as e:
+            import shutil
+
+            shutil.rmtree(run_dir, ignore_errors=True)  # no half-started run for `trainer runs` to show
+            if _full_disk(e) is None:
+                raise
+            raise DiskSpaceError(f"cannot start a retrain run: {failure_reason(e, run_dir)}") from e
+
+    def record(self, result: JobResult) -> JobResult:
+        """Write `result` (with its end time) as the run's `result.json` and hand it to the collector."""
+        result = dataclasses.replace(result, finished_at=_now(), seconds=round(time.monotonic() - self.t0, 2))
+        with contextlib.suppress(OSError):
+            self._reserve.unlink(missing_ok=True)  # its room is where the result goes on a full disk
+        try:
+            atomic_write_json(self.run_dir / "result.json", result.to_dict())
+        except OSError as e:
+            log.error("could not record run %s as %s (%s): %s; `trainer runs` shows it as failed once this job "
+                      "has ended", result.run_id, result.status, result.reason, e)
+        publish_run(self.config.collector_db, result.to_dict())
+        return result
+
+
+def _set_aside(path: Path, size: int) -> None:
+    """Take `size` bytes of the disk as the file `path` (allocated, not just sized: a sparse file reserves nothing)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            os.write(fd, bytes(size))  # a file system without fallocate
+    finally:
+        os.close(fd)
+
+
 def run_job(
     config: JobConfig,
     *,
@@ -195,9 +297,12 @@ def run_job(
     the ones made from `config.gateway_url` (tests fake the gateway at their transport).
 
     Raises:
-        PublishError: the gateway refused the adapter (the message names the run).
+        PublishError: the gateway refused the adapter, or could not be reached (the message names the run).
         SuiteError / ConfigError: the suite or the algorithm cannot be loaded.
         JobInterrupted: a stop was requested; the run is recorded as interrupted first.
+        DiskSpaceError: the disk has no room for even the run's start records (nothing is left behind).
+        Any other error of a stage is re-raised as it is, after the run is recorded as failed (on a full
+        disk as "disk full: ..."); an error writing that record is logged, never raised in its place.
     """
     say = status or (lambda msg: None)
     token = stop or StopToken()
@@ -208,37 +313,30 @@ def run_job(
         suite = load_suite(config.eval)
     runs = default_runs_dir(config.runs_dir)
     run_id, run_dir = _new_run_dir(runs)
-    t0 = time.monotonic()
     base = JobResult(run_id, "running", "", trigger=trigger, algo=step.name, suite=suite.name, started_at=_now())
-    atomic_write_json(run_dir / "run.json", {"run_id": run_id, "started_at": base.started_at, "trigger": trigger,
-                                             "algo": step.name, "suite": suite.name, "host": socket.gethostname(),
-                                             "pid": os.getpid()})
-    atomic_write_json(run_dir / "config.json", jsonable(config))
-
-    def record(result: JobResult) -> JobResult:
-        result = dataclasses.replace(result, finished_at=_now(), seconds=round(time.monotonic() - t0, 2))
-        atomic_write_json(run_dir / "result.json", result.to_dict())
-        publish_run(config.collector_db, result.to_dict())
-        return result
-
-    lock = JobLock(config.collector_db, runs)
-    if not lock.try_acquire():
-        return record(dataclasses.replace(base, status="skipped", reason=f"another retrain job is running "
-                                                                         f"({lock.description}, held by {lock.holder()})"))
-    run = _Run(JobContext(config=config, run_id=run_id, run_dir=run_dir, say=say, check_stop=token.check), step,
-               suite, base, token, admin, chat_client, around_promote)
-    with lock:
-        try:
-            token.check()
-            return record(run.pipeline())
-        except (JobInterrupted, KeyboardInterrupt) as e:
-            record(dataclasses.replace(run.partial, status="interrupted",
-                                       reason=f"interrupted by {e or type(e).__name__} while {run.stage}; the serving "
-                                              "version is untouched and the next trigger redoes this run"))
-            raise
-        except Exception as e:
-            record(dataclasses.replace(run.partial, status="failed", reason=f"{type(e).__name__}: {e}"))
-            raise
+    with RunLock(run_dir) as alive:  # held until the job ends, whether or not its result could be written
+        rec = _Recorder(config, run_dir, {"run_id": run_id, "started_at": base.started_at, "trigger": trigger,
+                                          "algo": step.name, "suite": suite.name, "host": socket.gethostname(),
+                                          "pid": os.getpid(), "run_lock": alive.held})
+        lock = JobLock(config.collector_db, runs)
+        if not lock.try_acquire():
+            return rec.record(dataclasses.replace(base, status="skipped", reason=f"another retrain job is running "
+                                                  f"({lock.description}, held by {lock.holder()})"))
+        run = _Run(JobContext(config=config, run_id=run_id, run_dir=run_dir, say=say, check_stop=token.check), step,
+                   suite, base, token, admin, chat_client, around_promote)
+        with lock:
+            try:
+                token.check()
+                result = run.pipeline()
+            except (JobInterrupted, KeyboardInterrupt) as e:
+                rec.record(dataclasses.replace(run.partial, status="interrupted",
+                                               reason=f"interrupted by {e or type(e).__name__} while {run.stage}; the "
+                                                      "serving version is untouched and the next trigger redoes this run"))
+                raise
+            except Exception as e:
+                rec.record(dataclasses.replace(run.partial, status="failed", reason=failure_reason(e, run_dir)))
+                raise
+            return rec.record(result)  # inside the job lock: the next job sees this run decided
 
 
 @dataclass
@@ -286,7 +384,7 @@ class _Run:
             loaded = admin.load(str(trained.adapter_dir))
             view = admin.versions()
         except Exception as e:
-            raise PublishError(f"the gateway refused the adapter from run {ctx.run_id} "
+            raise PublishError(f"could not load the adapter from run {ctx.run_id} into the gateway "
                                f"({trained.adapter_dir}): {e}") from e
         candidate, serving = loaded.name, view.serving
         weights = {v.name: v.adapter_path or f"base:{cfg.base_model_dir}" for v in view.versions}
@@ -309,7 +407,8 @@ class _Run:
         if decision.errored:  # no decision: not "rejected", so the next trigger redoes the run
             return dataclasses.replace(self.partial, status="failed", reason=f"gate could not decide: {decision.reason}")
         if not decision.promote:
-            return dataclasses.replace(self.partial, status="rejected", reason=decision.reason)
+            return dataclasses.replace(self.partial, status="rejected",
+                                       reason=decision.reason + self._unload_rejected(admin, candidate))
         if cfg.canary is not None:
             self._enter(f"starting a canary of {candidate} at {cfg.canary:.0%}")
             admin.start_canary(candidate, cfg.canary)
@@ -319,6 +418,19 @@ class _Run:
         with self.token.critical(), (self.around_promote() if self.around_promote else contextlib.nullcontext()):
             admin.promote(candidate)
         return dataclasses.replace(self.partial, status="promoted", reason=decision.reason)
+
+    def _unload_rejected(self, admin: AdminClient, candidate: str) -> str:
+        """Unload the rejected candidate from the gateway (its evaluation is over), else every rejected retrain would
+        keep an adapter loaded in vLLM. Returns a note for the run's reason: empty when it is unloaded."""
+        self.ctx.say(f"unloading the rejected candidate {candidate}")  # no stop check: the decision is made
+        try:
+            admin.unload(candidate)
+        except Exception as e:  # noqa: BLE001 - the gate's decision stands whatever the gateway answers
+            log.warning("run %s: could not unload the rejected candidate %s from the gateway: %s",
+                        self.ctx.run_id, candidate, e)
+            return (f"; the rejected candidate {candidate} is still loaded in the gateway (unloading it failed: {e}); "
+                    f"unload it with `looplift server unload {candidate}`")
+        return ""
 
     async def _evaluate_both(self, candidate: str, serving: str, weights: dict[str, str]) -> tuple[EvalResult, EvalResult]:
         cfg = self.ctx.config
@@ -346,4 +458,4 @@ class _Run:
 def _admin(config: JobConfig) -> AdminClient:
     from server import AdminClient
 
-    return AdminClient(config.gateway_url, config.admin_token)
+    return AdminClient(config.gateway_url, config.admin_token, connect_wait_s=config.gateway_wait_s)

@@ -13,7 +13,14 @@ same data (and publishing for it) shares:
   the database shares it.
 
 Acquisition never waits: a trigger that finds the lock held is recorded as skipped ("another job is
-running") and the next trigger tries again. Deliberately not here: fairness or queueing of waiters.
+running") and the next trigger tries again. Neither lock needs a byte of free disk to be taken: on a full
+disk the holder's name is left out of the lock file, and the job still runs alone.
+
+`RunLock` is the other lock here: one job holds it on its own run directory while it runs, so that
+`trainer runs` can tell a run in progress from one whose job ended without recording a result (its disk
+was full) even while the job's process, a scheduler, lives on.
+
+Deliberately not here: fairness or queueing of waiters.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ import os
 import socket
 from pathlib import Path
 from typing import IO, Any, Optional
-
 
 
 def pg_lock_key(schema: str) -> int:
@@ -52,7 +58,7 @@ class JobLock:
         db_file = _sqlite_path(collector_db)
         self.path = (db_file.with_name(db_file.name + ".trainer.lock") if db_file is not None
                      else Path(fallback_dir) / "job.lock")
-        self._file: Optional[IO[str]] = None
+        self._file: Optional[IO[bytes]] = None
         self._engine: Any = None
         self._conn: Any = None
         self._key: Optional[int] = None
@@ -109,7 +115,8 @@ class JobLock:
 
     def _acquire_file(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")  # never truncate before holding it: the holder's name is in there
+        # Unbuffered: a name that a full disk refuses fails here, not again when the lock is released (at close).
+        f = open(self.path, "a+b", buffering=0)  # never truncate before holding it: the holder's name is in there
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -118,10 +125,11 @@ class JobLock:
         except BaseException:
             f.close()
             raise
-        f.seek(0)
-        f.truncate()
-        f.write(f"{socket.gethostname()}:{os.getpid()}\n")
-        f.flush()
+        f.truncate(0)
+        try:
+            f.write(f"{socket.gethostname()}:{os.getpid()}\n".encode())
+        except OSError:  # a full disk: the flock is the lock; the name only serves messages ("another process")
+            pass
         self._file = f
         return True
 
@@ -145,3 +153,55 @@ class JobLock:
             return False
         self._engine, self._conn = engine, conn
         return True
+
+
+class RunLock:
+    """An exclusive `flock` on a run's directory, taken by its job when the run starts and dropped when the job
+    ends, however it ends (the kernel drops it with the process). Locking a directory writes nothing, so a full
+    disk cannot refuse it. `held` says whether it was taken: a file system without `flock` on directories
+    (some network file systems) leaves it False, and the run's record says so (`_runs` then goes by the pid).
+    Use `with RunLock(run_dir) as alive:`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._fd: Optional[int] = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.release()
+
+    @property
+    def held(self) -> bool:
+        """Whether this job holds its run's lock."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Drop the lock (idempotent): the run no longer counts as in progress."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:  # explicitly: a child forked meanwhile (a data loader's worker) shares the descriptor
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @staticmethod
+    def in_progress(run_dir: Path) -> bool:
+        """Whether some job (this process or another on a host sharing the file system) holds `run_dir`'s lock."""
+        try:
+            fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a descriptor of its own: it conflicts in-process too
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return False

@@ -4,11 +4,17 @@
     <runs>/<run_id>/config.json   the resolved job config
     <runs>/<run_id>/result.json   written last (atomically): status, reason, gate figures, ...
 
-A run without `result.json` is either running (its process, named in run.json, is alive) or was killed
-without a chance to record anything (SIGKILL, power loss); `trainer runs` shows it as "running" or
-"interrupted", and like
-every interrupted run it is redone by the next trigger. Statuses: promoted, rejected (the gate said no),
-skipped (nothing new, too little data, another job running), interrupted, failed.
+A run without `result.json` is one of three, and `trainer runs` shows which:
+
+    running       its job still holds the run's lock (`_lock.RunLock`) in its process, alive on this host
+    failed        its process is alive but the job has ended: it could not write its result (the disk was
+                  full even after the room set aside for it; the process's log says why the run failed)
+    interrupted   its process is gone without a result: killed (SIGKILL, the OOM killer, power loss), or a
+                  `trainer run` that could not write its result either
+
+Runs recorded before the run lock existed (no "run_lock" in run.json) are running while their process is.
+Failed and interrupted runs are redone by the next trigger. Statuses: promoted, canary, rejected (the gate
+said no), skipped (nothing new, too little data, another job running), interrupted, failed.
 
 The history is files, not a table, so that it needs no database of its own; for schedulers on several
 hosts put the runs dir on storage they share (the job lock already serializes them). Each recorded result
@@ -30,6 +36,7 @@ from sdk import looplift_home
 
 from ._eval_cache import DIR as EVAL_CACHE_DIR
 from ._gate_ledger import DIR as GATE_LEDGER_DIR
+from ._lock import RunLock
 
 #: Runs that decided on their data: the same inputs again are "nothing new".
 DECIDED = ("promoted", "canary", "rejected")
@@ -61,9 +68,21 @@ def _alive(start: dict[str, Any]) -> bool:
     return True
 
 
+def _unrecorded(run_dir: Path, start: dict[str, Any]) -> dict[str, str]:
+    """The status and reason of a run without a result (see the module docstring)."""
+    if not _alive(start):
+        return {"status": "interrupted", "reason": "no result recorded: the process was killed (or its disk was "
+                                                   "full) before it could record one; the next trigger redoes it"}
+    if not start.get("run_lock") or RunLock.in_progress(run_dir):
+        return {"status": "running", "reason": "in progress"}
+    return {"status": "failed", "reason": f"died without a result: the job ended in process {start.get('pid')}, "
+                                          "which could not write its result (most likely a full disk; its log says "
+                                          "why the run failed); the next trigger redoes it"}
+
+
 def list_runs(runs: Path) -> list[dict[str, Any]]:
-    """Every run, oldest first: its result, or for a run without one its start record with status
-    "running" (its process still runs on this host) or "interrupted"."""
+    """Every run, oldest first: its result, or for a run without one its start record with status "running",
+    "failed" (the job ended without writing its result) or "interrupted" (its process is gone)."""
     if not runs.is_dir():
         return []
     out: list[dict[str, Any]] = []
@@ -73,11 +92,7 @@ def list_runs(runs: Path) -> list[dict[str, Any]]:
             out.append(result)
             continue
         start = _read(d / "run.json") or {"run_id": d.name}
-        if _alive(start):
-            out.append(start | {"status": "running", "reason": "in progress"})
-        else:
-            out.append(start | {"status": "interrupted", "reason": "no result recorded: the process was killed before "
-                                                                   "it could record one; the next trigger redoes it"})
+        out.append(start | _unrecorded(d, start))
     return out
 
 

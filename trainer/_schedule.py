@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from . import _defaults as D
 from ._interrupt import StopToken
-from ._job import JobConfig, JobResult, run_job
+from ._job import JobConfig, JobResult, failure_reason, run_job
 from ._runs import default_runs_dir, last_export_time, measured_success
 from sdk import EvalSuite
 from .errors import ConfigError, JobInterrupted
@@ -165,7 +165,8 @@ class Scheduler:
     # ---- running -----------------------------------------------------------------------------------
     def tick(self) -> bool:
         """Look at the triggers once and run the job if one fires; returns whether a job ran. Its result is
-        appended to `results`; a job that raised is logged (it is recorded as failed in `trainer runs`)."""
+        appended to `results`; a job that raised is reported by its own error ("disk full: ..." for a full disk),
+        and `trainer runs` shows it as failed (recorded, or, when the disk took not even that, by its run lock)."""
         try:
             trigger = self.due()
         except Exception as e:  # a collector or gateway that is down must not kill the scheduler
@@ -180,7 +181,8 @@ class Scheduler:
         except JobInterrupted:
             raise
         except Exception as e:
-            self._say(f"the retrain job failed: {type(e).__name__}: {e} (recorded in `trainer runs`)")
+            self._say(f"the retrain job failed: {failure_reason(e, default_runs_dir(self.job.runs_dir))} "
+                      "(see `trainer runs`)")
             return True
         self.results.append(result)
         self._say(f"run {result.run_id}: {result.status} — {result.reason}")

@@ -47,7 +47,7 @@ from transformers import AutoTokenizer
 from . import _defaults as D
 from ._data import IGNORE, Progress, collate, encode_chat, minibatches
 from ._json import jsonl_objects
-from ._lora import lora_model, save_adapter
+from ._lora import ensure_room, lora_model, save_adapter
 from ._tokens import token_logprobs
 from .errors import ConfigError, TrainingDataError
 
@@ -177,6 +177,7 @@ def train_dpo(
         raise TrainingDataError(f"{data} has no pairs; DPO needs tasks with a better and a worse reply to the same "
                                 "prompt, or user corrections")
     model = lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, init_adapter=init_adapter)
+    ensure_room(model, Path(out_dir))
     pad = tok.pad_token_id
     model.eval()
     # The reference: the policy before any step (the init adapter), or the base model (the adapter switched off).

@@ -6,6 +6,7 @@
     │                       trajectory and the turn; RL never answers it by re-tokenizing the text)
     ├── PublishError        the gateway refused to load or promote a version (names the run)
     ├── SuiteError          an eval suite cannot be loaded or is unusable (names the spec and the fix)
+    ├── DiskSpaceError      the output's disk cannot hold what the job would write: refused before training
     └── ConfigError         bad `looplift.toml`, bad cron expression, bad option (names the key and the fix)
 
     JobInterrupted (a BaseException, like KeyboardInterrupt): a running job was asked to stop
@@ -43,6 +44,10 @@ class PublishError(TrainerError):
 
 class SuiteError(TrainerError):
     """An eval suite cannot be loaded (bad import path, no tasks, bad checker); the message says what to fix."""
+
+
+class DiskSpaceError(TrainerError):
+    """The disk where a job writes its adapter has less free space than the adapter needs; nothing was trained."""
 
 
 class ConfigError(TrainerError):

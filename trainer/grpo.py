@@ -49,7 +49,7 @@ import torch
 from transformers import AutoTokenizer
 
 from . import _defaults as D
-from ._lora import lora_model, save_adapter
+from ._lora import ensure_room, lora_model, save_adapter
 from ._rollouts import Group, load_grpo_jsonl
 from ._tokens import TokenRow, episode_rows, pad_rows, token_logprobs
 from .errors import ConfigError, TrainingDataError
@@ -311,6 +311,7 @@ def train_grpo(
     if version_steps is None:
         groups = [Group(g.task_id, tuple(replace(e, policy_step=step) for e in g.episodes)) for g in groups]
     learner = GRPOLearner(base_model_dir, config, init_adapter=init_adapter, step=step)
+    ensure_room(learner.model, Path(out_dir))
     stats = learner.update(groups, on_step=on_step)
     if not stats.trained:
         raise TrainingDataError(

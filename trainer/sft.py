@@ -25,7 +25,7 @@ import torch
 from transformers import AutoTokenizer
 
 from ._data import Progress, encode_chat, train_causal_lm
-from ._lora import lora_model
+from ._lora import ensure_room, lora_model
 from ._dist import Dist
 from ._json import jsonl_objects
 from .errors import TrainingDataError
@@ -99,7 +99,9 @@ def train_sft(
     tok = AutoTokenizer.from_pretrained(base_model_dir)
     # Tools are rendered into the prompt as the server renders a request's `tools`.
     examples = [encode_chat(tok, c, tools=tools, max_len=config.max_len) for c, tools in convs]
-    model = dist.wrap(lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, dropout=config.dropout))
+    model = lora_model(base_model_dir, rank=config.rank, alpha=config.alpha, dropout=config.dropout)
+    ensure_room(model, Path(out_dir))
+    model = dist.wrap(model)
     curve: list[float] = []
 
     def record(step: int, total: int, loss: float) -> None:
