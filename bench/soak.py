@@ -66,6 +66,8 @@ APP = "soak-app"
 #: Fault kinds, in the order the report lists them.
 KINDS = ("vllm_kill", "gateway_kill_canary", "gateway_kill_promote", "collector_kill_ingest", "collector_kill_export",
          "trainer_kill_train", "trainer_kill_publish", "postgres_restart", "disk_full", "clock_jump")
+#: After a full disk frees, this long before the cycle's next fault (ten of the collector client's flushes: CI is slow).
+DISK_SETTLE_S = 5.0
 #: Kinds that fire at a time in the cycle; the others wait for a moment (a stage, a running canary).
 TIMED = ("vllm_kill", "collector_kill_ingest", "collector_kill_export", "postgres_restart", "disk_full")
 CALC_TOOL = {"type": "function", "function": {
@@ -657,6 +659,10 @@ class Soak:
         time.sleep(self.args.disk_full_s)
         self.home.free()
         row["restart"] = f"freed at t={self.t():.0f}"
+        # What was served while the disk was full could not be journaled: it waits in memory for the writers'
+        # next flush (0.5 s) now that the disk is back, and a SIGKILL before that loses it (the documented limit,
+        # docs/your-app.md). So the next fault of the cycle comes after that flush, not the moment the disk frees.
+        time.sleep(DISK_SETTLE_S)
 
     def arm_stage(self, kind: str, use_canary: bool) -> None:
         if kind == "trainer_kill_train":
