@@ -90,10 +90,11 @@ class FakeGateway:
         self.refuse_unload = False
         self.unloaded: list[str] = []
         self.events: list[str] = []
+        self.paths: dict[str, str] = {}
 
     # -- admin ---------------------------------------------------------------------------------------
     def _info(self, name: str) -> dict[str, Any]:
-        return {"name": name, "adapter_path": None, "state": "unloaded" if name in self.unloaded else "loaded",
+        return {"name": name, "adapter_path": self.paths.get(name), "state": "unloaded" if name in self.unloaded else "loaded",
                 "created_at": "2026-01-01T00:00:00Z", "serving": name == self.serving}
 
     def _admin(self, request: httpx.Request) -> httpx.Response:
@@ -105,6 +106,7 @@ class FakeGateway:
                 return httpx.Response(422, json=wire.error_body(422, "adapter_config.json: rank 3 is not supported"))
             name = f"policy-v{len(self.versions)}"
             self.versions.append(name)
+            self.paths[name] = json.loads(request.content)["path"]
             self.skill.setdefault(name, set(self.next_skill))
             return httpx.Response(201, json=self._info(name))
         if request.url.path.startswith("/admin/versions/") and request.method == "DELETE":

@@ -89,6 +89,54 @@ def test_a_failed_unload_is_a_note_in_the_reason_not_the_runs_failure(job: JobCo
     assert any(r.levelname == "WARNING" and "policy-v1" in r.getMessage() for r in caplog.records)
 
 
+def test_the_next_run_unloads_what_an_earlier_run_left_loaded(job: JobConfig, db_url: str) -> None:
+    """Mutants: no tidying (every killed or unload-refused retrain leaves its adapter in vLLM for good: issue 22's
+    soak), the run's own candidate unloaded (its gate would find no adapter)."""
+    gw = FakeGateway({"policy-v0": set(range(20))})
+    gw.next_skill = set(range(21))
+    gw.refuse_unload = True
+    assert _run(job, gw).status == "rejected" and gw.unloaded == []  # policy-v1 stays loaded
+    gw.refuse_unload = False
+    add_trajectories(db_url, 4, start=100)  # new data: not "nothing new"
+    gw.next_skill = set(range(40))
+    res = _run(job, gw)
+    assert res.status == "promoted" and gw.serving == "policy-v2" and gw.unloaded == ["policy-v1"]
+    assert gw.events.index("unload policy-v1") < gw.events.index("chat policy-v2")
+
+
+def test_left_loaded_names_only_never_served_candidates_of_ended_runs(tmp_path: Path) -> None:
+    """Mutants: any status (a promoted run's version, or a canary's, unloaded), the history check dropped (a
+    version that served and may be rolled back to), the state or serving check dropped, a running run's candidate
+    (the job's own) named, a version outside the runs dir named."""
+    import os
+    import socket
+    from datetime import datetime, timezone
+
+    from server import HistoryEvent, VersionInfo, VersionsView
+    from trainer._runs import left_loaded
+
+    runs = tmp_path / "runs"
+    for run_id, status in (("A", None), ("B", "promoted"), ("C", "rejected"), ("D", None), ("E", "canary")):
+        (runs / run_id / "adapter").mkdir(parents=True)
+        pid = os.getpid() if run_id == "D" else 2**22 + 1  # D: this process, still running; A: killed
+        (runs / run_id / "run.json").write_text(json.dumps({"run_id": run_id, "host": socket.gethostname(), "pid": pid}))
+        if status:
+            (runs / run_id / "result.json").write_text(json.dumps({"run_id": run_id, "status": status}))
+    now = datetime.now(timezone.utc)
+
+    def v(name: str, run: str, state: str = "loaded", serving: bool = False) -> VersionInfo:
+        path = str(runs / run / "adapter") if run else str(tmp_path / "elsewhere")
+        return VersionInfo(name=name, adapter_path=path, state=state, created_at=now, serving=serving)  # type: ignore[arg-type]
+
+    view = VersionsView(alias="policy", serving="s", versions=[
+        VersionInfo(name="base", adapter_path=None, state="loaded", created_at=now),
+        v("a", "A"), v("b", "B"), v("c", "C"), v("c-served", "C"), v("c-previous", "C"), v("c-unloaded", "C", state="unloaded"),
+        v("d", "D"), v("e", "E"), v("s", "A", serving=True), v("x", "")],
+        history=[HistoryEvent(at=now, action="rollback", version="c-served", previous="gone"),
+                 HistoryEvent(at=now, action="promote", version="gone", previous="c-previous")])
+    assert left_loaded(runs, view) == [("a", "A", "interrupted"), ("c", "C", "rejected")]
+
+
 def test_a_promoted_candidate_is_not_unloaded(job: JobConfig) -> None:
     """Mutant: the unload on every decision (the version just promoted would be asked to unload)."""
     gw = FakeGateway({"policy-v0": set()})

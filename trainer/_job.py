@@ -6,7 +6,8 @@ Cron, a Kubernetes CronJob, `trainer schedule` and the demo call the same functi
     2. export    the train step's data (`TrainStep.export`, SFT: verified successes)
     3. nothing new?  same data + algorithm + its config as a decided run -> skipped (idempotence)
     4. train     `TrainStep.train` -> a LoRA adapter (the only algorithm-specific stage)
-    5. load      the adapter into the gateway as a new, unserved version (refused -> PublishError)
+    5. load      the adapter into the gateway as a new, unserved version (refused -> PublishError); then the
+                 candidates earlier runs left loaded (killed mid-publish, a refused unload) are unloaded
     6. gate      candidate and serving version on the app's eval suite, same tasks and seeds (`_gate`): errored
                  episodes re-run, still erroring -> recorded as failed, naming them (never a decision);
                  else the app's k-th gate (`_gate_ledger`, recorded before any promotion) tests the
@@ -59,7 +60,7 @@ from ._dist import DistConfig
 from ._json import jsonable
 from ._lock import JobLock, RunLock
 from ._lora import free_space
-from ._runs import default_runs_dir, last_decided, publish_run
+from ._runs import default_runs_dir, last_decided, left_loaded, publish_run
 from sdk import EvalSuite
 from ._steps import JobContext, TrainStep
 from ._train_steps import resolve_train_step
@@ -71,7 +72,7 @@ from .sft import SFTConfig
 if TYPE_CHECKING:
     import openai
 
-    from server import AdminClient
+    from server import AdminClient, VersionsView
 
 Status = Callable[[str], None]
 
@@ -387,6 +388,7 @@ class _Run:
             raise PublishError(f"could not load the adapter from run {ctx.run_id} into the gateway "
                                f"({trained.adapter_dir}): {e}") from e
         candidate, serving = loaded.name, view.serving
+        self._unload_left_behind(admin, view)
         weights = {v.name: v.adapter_path or f"base:{cfg.base_model_dir}" for v in view.versions}
 
         self._enter(f"gate: {candidate} vs {serving} on {len(self.suite.tasks)} tasks of suite {self.suite.name!r}",
@@ -418,6 +420,16 @@ class _Run:
         with self.token.critical(), (self.around_promote() if self.around_promote else contextlib.nullcontext()):
             admin.promote(candidate)
         return dataclasses.replace(self.partial, status="promoted", reason=decision.reason)
+
+    def _unload_left_behind(self, admin: AdminClient, view: VersionsView) -> None:
+        """Unload the candidates earlier runs left loaded (`_runs.left_loaded`: a run killed mid-publish, a failed
+        unload), so killed retrains do not pile adapters up in vLLM. Tidying never fails the run: a warning."""
+        for name, run_id, status in left_loaded(default_runs_dir(self.ctx.config.runs_dir), view):
+            self.ctx.say(f"unloading {name}, which run {run_id} ({status}) left loaded")
+            try:
+                admin.unload(name)
+            except Exception as e:  # noqa: BLE001 - the next run tries again
+                log.warning("run %s: could not unload %s (left loaded by run %s): %s", self.ctx.run_id, name, run_id, e)
 
     def _unload_rejected(self, admin: AdminClient, candidate: str) -> str:
         """Unload the rejected candidate from the gateway (its evaluation is over), else every rejected retrain would

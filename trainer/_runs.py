@@ -30,13 +30,16 @@ import os
 import socket
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from sdk import looplift_home
 
 from ._eval_cache import DIR as EVAL_CACHE_DIR
 from ._gate_ledger import DIR as GATE_LEDGER_DIR
 from ._lock import RunLock
+
+if TYPE_CHECKING:
+    from server import VersionsView
 
 #: Runs that decided on their data: the same inputs again are "nothing new".
 DECIDED = ("promoted", "canary", "rejected")
@@ -93,6 +96,33 @@ def list_runs(runs: Path) -> list[dict[str, Any]]:
             continue
         start = _read(d / "run.json") or {"run_id": d.name}
         out.append(start | _unrecorded(d, start))
+    return out
+
+
+#: Runs that ended keeping nothing of theirs in the gateway: a candidate they loaded may be unloaded.
+ENDED_WITHOUT_KEEPING = ("rejected", "interrupted", "failed")
+#: Registry history actions that make a version one that served (or may serve again: a rollback target).
+_SERVED_ACTIONS = ("promote", "rollback", "canary", "restore")
+
+
+def left_loaded(runs: Path, view: "VersionsView") -> list[tuple[str, str, str]]:
+    """(version, run id, run status) for each candidate an earlier run of `runs` loaded into the gateway and left
+    there: the run was killed or stopped between loading and deciding, its gate could not decide, or its unload
+    failed. Only adapters under `runs` whose run ended without keeping them (`ENDED_WITHOUT_KEEPING`), that are
+    loaded, serve nothing and never did (no promote, rollback, canary or restore names them)."""
+    served = {name for ev in view.history if ev.action in _SERVED_ACTIONS for name in (ev.version, ev.previous) if name}
+    status = {str(r.get("run_id")): str(r.get("status")) for r in list_runs(runs)}
+    root = runs.resolve()
+    out = []
+    for v in view.versions:
+        if v.state != "loaded" or v.serving or v.name in served or v.adapter_path is None:
+            continue
+        try:
+            run_id = Path(v.adapter_path).resolve().relative_to(root).parts[0]
+        except (ValueError, IndexError):
+            continue  # not one of ours
+        if status.get(run_id) in ENDED_WITHOUT_KEEPING:  # not the run calling this: it is running
+            out.append((v.name, run_id, status[run_id]))
     return out
 
 
