@@ -33,6 +33,8 @@ Formats (one JSON object per line):
   corrects the message that completion produced; feedback by trajectory id (or stored before feedback
   kept response ids) corrects the last assistant message. A single-turn conversation becomes its prompt
   plus the correction (`_export_correction.py` has the rule and its fallbacks for older captures).
+  In a captured conversation, an assistant message no exchange produced (the client wrote it) carries
+  `"weight": 0` (OpenAI's fine-tuning field), which SFT does not train on.
 - `dpo`: `{"task_id", "prompt", "chosen", "rejected", "chosen_id", "rejected_id", "chosen_score",
   "rejected_score", "source"}` (TRL's conversational preference format). Pairing rule: within
   one task, trajectories whose prompts (messages before the first assistant message) are equal

@@ -55,6 +55,22 @@ def corrected_index(data: dict[str, Any], response_id: str | None) -> int:
     return assistants[-1]
 
 
+def generated_indexes(data: dict[str, Any]) -> set[int]:
+    """The indexes in `data["messages"]` of the assistant messages the model wrote, for a conversation captured
+    at the gateway: its `metadata.exchanges`' `message_index` (the gateway saw every completion of the session,
+    so any other assistant message the client wrote: a few-shot example, a tool call it made up). Empty when
+    that is not known: no exchanges (an SDK trajectory, whose loop generates every assistant message after the
+    task's prompt), or a capture from before the gateway recorded `message_index`."""
+    metadata = data.get("metadata") or {}
+    exchanges = metadata.get(wire.EXCHANGES_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(exchanges, list) or not exchanges:
+        return set()
+    found = [e.get(_MESSAGE_INDEX) if isinstance(e, dict) else None for e in exchanges]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in found):
+        return set()
+    return set(found)  # type: ignore[arg-type]
+
+
 def _candidates(data: dict[str, Any], response_id: str, assistants: list[int]) -> list[int]:
     """The indexes the response id's exchange points at, most reliable first (may be out of range)."""
     metadata = data.get("metadata") or {}

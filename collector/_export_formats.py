@@ -22,7 +22,7 @@ from typing import Any
 
 from sdk import wire
 
-from ._export_correction import Correction, corrected_index
+from ._export_correction import Correction, corrected_index, generated_indexes
 
 
 def _msgs(ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -57,14 +57,28 @@ def _answer(c: Correction) -> dict[str, Any]:
     return {"role": "assistant", "content": c.text}
 
 
+def _not_generated_weighed_zero(data: dict[str, Any], ms: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """`ms` with `"weight": 0` (OpenAI's fine-tuning field: do not train on it) on each assistant message before
+    `keep` that the model did not write (`generated_indexes`: known for captured conversations): a few-shot
+    example, a tool call the application made up. Where it is not known, every assistant message trains."""
+    generated = generated_indexes(data)
+    if not generated:
+        return ms
+    return [{**m, "weight": 0} if i < keep and m.get("role") == "assistant" and i not in generated else m
+            for i, m in enumerate(ms)]
+
+
 def sft_line(row: Row) -> dict[str, Any]:
     """The `sft` line of one trajectory (with a correction: the history before the message it corrects,
-    then the correction)."""
+    then the correction). Assistant messages the model did not write are in the history, weighed 0."""
     ms = row.data["messages"]
+    keep = len(ms)
     if row.correction is not None:
-        ms = ms[: corrected_index(row.data, row.correction.response_id)] + [_answer(row.correction)]
+        keep = corrected_index(row.data, row.correction.response_id)
+        ms = ms[:keep] + [_answer(row.correction)]
+    ms = _not_generated_weighed_zero(row.data, _msgs(ms), keep)
     line = {"id": row.id, "task_id": row.task_id, "app": row.app, "served_version": row.version,
-            "reward": row.reward, "score": row.score, "corrected": row.correction is not None, "messages": _msgs(ms)}
+            "reward": row.reward, "score": row.score, "corrected": row.correction is not None, "messages": ms}
     tools = (row.data.get("metadata") or {}).get(wire.TOOLS_KEY)
     # The tools the conversation was given (captured traffic records them), on corrected lines too. They
     # were dropped there while a corrected line was only the first prompt plus a text answer; now the kept

@@ -20,7 +20,7 @@ from collector._cli import app as cli_app
 from collector._curate import score
 from collector._dedup import NearDupFilter
 from collector._export_manifest import holdout_path_for, in_holdout
-from sdk._types import Feedback, Message, Trajectory
+from sdk._types import Feedback, Message, ToolCall, ToolCallFunction, Trajectory
 
 
 def lines(p: Path) -> list[dict[str, Any]]:
@@ -153,6 +153,35 @@ def test_single_turn_correction_exports_as_before(store: Store, tmp_path: Path) 
     (pair,) = lines(tmp_path / "dpo.jsonl")
     assert (pair["prompt"], pair["chosen"]) == (prompt, [{"role": "assistant", "content": "4"}])
     assert pair["rejected"] == [{"role": "assistant", "content": "5"}]
+
+
+def test_assistant_messages_the_client_wrote_are_weighed_zero(store: Store, tmp_path: Path) -> None:
+    """A captured conversation whose history holds an assistant message the application wrote (a made-up tool
+    call: no exchange produced it) trains only on what the model wrote; a correction of the model's last answer
+    keeps that history as it is. Mutants: no weight (the SFT loss fits the application's message),
+    weight on the model's messages, weights on a capture from before `message_index` (nothing there tells
+    the messages apart: all train)."""
+    from sdk import wire
+
+    ms = [Message(role="user", content="2+2?"), Message(role="assistant", content="4"),
+          Message(role="user", content="and 3+3?"),
+          Message(role="assistant", tool_calls=[ToolCall(id="c1", function=ToolCallFunction(name="calc",
+                                                                                            arguments="{}"))]),
+          Message(role="tool", tool_call_id="c1", content="6"), Message(role="assistant", content="7")]
+    exchanges = [{"response_id": "chatcmpl-a", "message_index": 1}, {"response_id": "chatcmpl-b", "message_index": 5}]
+    old = [{"response_id": "chatcmpl-c"}, {"response_id": "chatcmpl-d"}]
+    store.add_trajectories([
+        Trajectory(id="cap", task_id="t", model="m", messages=ms, metadata={wire.EXCHANGES_KEY: exchanges}),
+        Trajectory(id="old", task_id="t", model="m", messages=ms, metadata={wire.EXCHANGES_KEY: old}),
+        Trajectory(id="sdk", task_id="t", model="m", messages=ms)])
+    export(store, tmp_path / "sft.jsonl", corrections=False)
+    weights = {x["id"]: [m.get("weight") for m in x["messages"]] for x in lines(tmp_path / "sft.jsonl")}
+    assert weights == {"cap": [None, None, None, 0, None, None], "old": [None] * 6, "sdk": [None] * 6}
+    store.add_feedback(Feedback(trajectory_id="cap", rating=-1, correction="6"))  # corrects the last: index 5
+    export(store, tmp_path / "fixed.jsonl")
+    (fixed,) = [x for x in lines(tmp_path / "fixed.jsonl") if x["id"] == "cap"]
+    assert fixed["corrected"] and fixed["messages"][-1] == {"role": "assistant", "content": "6"}
+    assert [m.get("weight") for m in fixed["messages"]] == [None, None, None, 0, None, None]
 
 
 # ---- dpo / grpo --------------------------------------------------------------------------------

@@ -48,6 +48,9 @@ def test_chat_mask_covers_only_assistant_turns(tok) -> None:  # type: ignore[no-
     trained = tok.decode([i for i, lab in zip(ids, labels) if lab != IGNORE])
     assert trained == "A1<|end|>Answer: 3<|end|>"
     assert "Output" not in trained and "Compute" not in trained
+    # Mutant: the weight ignored (a message the application wrote, which the export weighs 0, trained on).
+    ids, labels = encode_chat(tok, [msgs[0], {**msgs[1], "weight": 0}, *msgs[2:]])
+    assert tok.decode([i for i, lab in zip(ids, labels) if lab != IGNORE]) == "Answer: 3<|end|>"
 
 
 def test_held_out_never_in_training_tasks() -> None:

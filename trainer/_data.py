@@ -60,7 +60,9 @@ def served_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Optional[Sequence[dict[str, Any]]] = None,
                 max_len: int = 512) -> tuple[list[int], list[int]]:
-    """Return (input_ids, labels) for one conversation; labels are -100 outside assistant turns. `tools` (OpenAI
+    """Return (input_ids, labels) for one conversation; labels are -100 outside assistant turns and on an
+    assistant message with `"weight": 0` (OpenAI's fine-tuning field; the export sets it on messages the model
+    did not write). `tools` (OpenAI
     function specs) are rendered as the server renders a request's `tools`, so a tool-using conversation trains
     on the prompt the model will see.
 
@@ -80,7 +82,7 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Op
     full = ids(messages, False)
     labels = [IGNORE] * len(full)
     for i, m in enumerate(messages):
-        if m.get("role") != "assistant":
+        if m.get("role") != "assistant" or m.get("weight") == 0:  # weight 0: the model did not write it
             continue
         start = len(ids(messages[:i], True))
         upto = ids(messages[: i + 1], False)
