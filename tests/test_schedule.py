@@ -39,6 +39,26 @@ def test_cron_fires_once_per_scheduled_time(tmp_path: Path, db_url: str) -> None
     assert sched.due() is not None
 
 
+def test_cron_survives_clock_jumps_without_a_storm_or_a_repeat(tmp_path: Path, db_url: str) -> None:
+    """The wall clock stepped (NTP, a VM resumed): forward over many slots fires once, not once per missed slot;
+    back over a slot already fired does not fire it again, and the next slot still fires. Mutants: the next
+    slot advanced by one period instead of computed from now (a forward jump fires 288 times), the next slot
+    recomputed from the clock at every poll (a slot is missed or fired twice)."""
+    clock = [datetime(2026, 3, 1, 10, 3, tzinfo=timezone.utc)]
+    sched = Scheduler(_job(tmp_path, db_url), ScheduleConfig(cron="*/5 * * * *"), plus_one_suite(2),
+                      now=lambda: clock[0])
+    clock[0] += timedelta(days=1)  # 288 slots passed while the clock was away
+    assert sched.due() is not None and sched.due() is None
+    clock[0] = clock[0].replace(minute=9)  # 10:09 the next day: the 10:05 slot
+    assert sched.due() is not None
+    clock[0] -= timedelta(minutes=5)  # back to 10:04: 10:05 was fired already
+    assert sched.due() is None
+    clock[0] = clock[0].replace(minute=6)
+    assert sched.due() is None  # 10:06, past 10:05 again: not twice
+    clock[0] = clock[0].replace(minute=10)
+    assert sched.due() is not None  # 10:10: the next slot
+
+
 def test_new_data_counts_scored_trajectories_since_the_last_export(tmp_path: Path, db_url: str) -> None:
     gw = FakeGateway({"policy-v0": set()})
     gw.next_skill = set(range(10))
