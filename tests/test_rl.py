@@ -410,3 +410,18 @@ def test_the_serving_version_is_not_evaluated_again_on_the_same_suite_and_seed(t
     from trainer import list_runs
 
     assert [r["status"] for r in list_runs(tmp_path / "runs")] == [first.status, second.status, third.status]
+
+
+def test_sft_refuses_a_line_with_nothing_to_train_on(tmp_path: Path) -> None:
+    """Mutant: the weight ignored by the check (a line whose every assistant message is weight 0 would train on
+    no token at all: a loss of 0/0)."""
+    from trainer.sft import load_sft_jsonl
+
+    path = tmp_path / "s.jsonl"
+    user, answer = {"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}
+    path.write_text(json.dumps({"messages": [user, answer]}) + "\n")
+    assert load_sft_jsonl(path) == [([user, answer], None)]
+    path.write_text(json.dumps({"messages": [user, {**answer, "weight": 0}]}) + "\n")
+    with pytest.raises(TrainingDataError, match=r's.jsonl:1: conversation has no assistant turn to train on \(none, or '
+                                                r'every one has "weight": 0\)'):
+        load_sft_jsonl(path)

@@ -65,14 +65,16 @@ class SFTResult:
 
 def load_sft_jsonl(path: Path) -> list[tuple[list[dict], Optional[list[dict]]]]:  # type: ignore[type-arg]
     """The (conversation, tools) pairs in an SFT export (`tools`: the function specs a tool-using conversation
-    was given, else None); a line that is not a chat with an assistant turn is an error."""
+    was given, else None); a line that is not a chat with an assistant turn to train on (not `"weight": 0`) is an
+    error."""
     convs = []
     for n, record in jsonl_objects(path, TrainingDataError, "an SFT record with `messages`"):
         msgs = record.get("messages") if isinstance(record, dict) else None
         if not isinstance(msgs, list):
             raise TrainingDataError(f"{path}:{n}: not an SFT record with `messages`")
-        if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in msgs):
-            raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on")
+        if not any(isinstance(m, dict) and m.get("role") == "assistant" and m.get("weight") != 0 for m in msgs):
+            raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on (none, or every "
+                                    "one has \"weight\": 0)")
         convs.append((msgs, record.get("tools") or None))
     return convs
 
