@@ -61,36 +61,37 @@ def generated_indexes(data: dict[str, Any]) -> set[int]:
     so any other assistant message the client wrote: a few-shot example, a tool call it made up). Empty when
     that is not known: no exchanges (an SDK trajectory, whose loop generates every assistant message after the
     task's prompt), or a capture from before the gateway recorded `message_index`."""
-    metadata = data.get("metadata") or {}
-    exchanges = metadata.get(wire.EXCHANGES_KEY) if isinstance(metadata, dict) else None
-    if not isinstance(exchanges, list) or not exchanges:
-        return set()
-    found = [e.get(_MESSAGE_INDEX) if isinstance(e, dict) else None for e in exchanges]
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in found):
+    found = [_index(e) for e in _exchanges(data)]
+    if not found or None in found:
         return set()
     return set(found)  # type: ignore[arg-type]
 
 
+def _exchanges(data: dict[str, Any]) -> list[Any]:
+    """The trajectory's `metadata.exchanges` (the gateway's records, one per completion), else []."""
+    metadata = data.get("metadata") or {}
+    exchanges = metadata.get(wire.EXCHANGES_KEY) if isinstance(metadata, dict) else None
+    return exchanges if isinstance(exchanges, list) else []
+
+
+def _index(record: Any) -> int | None:
+    """An exchange's or a turn's `message_index`, when it is an int (a client may set any metadata)."""
+    index = record.get(_MESSAGE_INDEX) if isinstance(record, dict) else None
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
 def _candidates(data: dict[str, Any], response_id: str, assistants: list[int]) -> list[int]:
     """The indexes the response id's exchange points at, most reliable first (may be out of range)."""
-    metadata = data.get("metadata") or {}
-    exchanges = metadata.get(wire.EXCHANGES_KEY)
-    if not isinstance(exchanges, list):
-        return []
+    exchanges = _exchanges(data)
     position = next((p for p, e in enumerate(exchanges) if isinstance(e, dict) and e.get(_RESPONSE_ID) == response_id),
                     None)
     if position is None:
         return []
-    out = []
-    recorded = exchanges[position].get(_MESSAGE_INDEX)
-    if isinstance(recorded, int) and not isinstance(recorded, bool):
-        out.append(recorded)
-    # Captures from before `message_index`: the gateway added one turn per exchange, in order.
+    # The recorded index; then, for captures from before `message_index`, the position-th turn's (the gateway
+    # added one turn per exchange, in order).
     turns = data.get("turns") or []
-    if len(turns) == len(exchanges) and isinstance(turns[position], dict):
-        index = turns[position].get(_MESSAGE_INDEX)
-        if isinstance(index, int) and not isinstance(index, bool):
-            out.append(index)
+    out = [i for i in (_index(exchanges[position]), _index(turns[position]) if len(turns) == len(exchanges) else None)
+           if i is not None]
     if len(assistants) == len(exchanges):  # no assistant message the client wrote itself (few-shot) in between
         out.append(assistants[position])
     return out

@@ -58,6 +58,12 @@ def served_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def trains_on(message: Any) -> bool:
+    """Whether SFT trains on `message`: an assistant message, unless it has `"weight": 0` (OpenAI's fine-tuning
+    field; the export sets it on messages the model did not write)."""
+    return isinstance(message, dict) and message.get("role") == "assistant" and message.get("weight") != 0
+
+
 def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Optional[Sequence[dict[str, Any]]] = None,
                 max_len: int = 512) -> tuple[list[int], list[int]]:
     """Return (input_ids, labels) for one conversation; labels are -100 outside assistant turns and on an
@@ -82,7 +88,7 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: Op
     full = ids(messages, False)
     labels = [IGNORE] * len(full)
     for i, m in enumerate(messages):
-        if m.get("role") != "assistant" or m.get("weight") == 0:  # weight 0: the model did not write it
+        if not trains_on(m):
             continue
         start = len(ids(messages[:i], True))
         upto = ids(messages[: i + 1], False)

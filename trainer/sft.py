@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from transformers import AutoTokenizer
 
-from ._data import Progress, encode_chat, train_causal_lm
+from ._data import Progress, encode_chat, train_causal_lm, trains_on
 from ._lora import ensure_room, lora_model
 from ._dist import Dist
 from ._json import jsonl_objects
@@ -72,7 +72,7 @@ def load_sft_jsonl(path: Path) -> list[tuple[list[dict], Optional[list[dict]]]]:
         msgs = record.get("messages") if isinstance(record, dict) else None
         if not isinstance(msgs, list):
             raise TrainingDataError(f"{path}:{n}: not an SFT record with `messages`")
-        if not any(isinstance(m, dict) and m.get("role") == "assistant" and m.get("weight") != 0 for m in msgs):
+        if not any(trains_on(m) for m in msgs):
             raise TrainingDataError(f"{path}:{n}: conversation has no assistant turn to train on (none, or every "
                                     "one has \"weight\": 0)")
         convs.append((msgs, record.get("tools") or None))
