@@ -13,9 +13,10 @@ Per batch, in this order:
    concurrent request stored in between counts as a duplicate.
 
 Where the time goes (`bench/collector.py` measures it): the anonymizer is most of it; validation,
-hashing, serialization and SQLite together are the rest. The only dialect-specific piece is the
-idempotent insert (`sqlalchemy.dialects.{sqlite,postgresql}.insert`). Deliberately not here: HTTP
-(`_app.py`), dedup beyond the exact `content_hash` (export does near-dup), and raw SQL.
+hashing, serialization and SQLite together are the rest. The dialect-specific pieces are the
+idempotent insert (`sqlalchemy.dialects.{sqlite,postgresql}.insert`) and where the ingest numbers
+(`ingest_seq`, the new-data trigger's clock-free order) come from (`next_ingest_seqs`). Deliberately not
+here: HTTP (`_app.py`) and dedup beyond the exact `content_hash` (export does near-dup).
 """
 
 from __future__ import annotations
@@ -115,6 +116,16 @@ def insert_statement(dialect: str) -> ReturningInsert[str]:
     return dialect_insert(dialect, TrajectoryRow).on_conflict_do_nothing(index_elements=["id"]).returning(col(TrajectoryRow.id))
 
 
+def next_ingest_seqs(conn: sa.Connection, k: int) -> list[int]:
+    """`k` ingest numbers above every one stored (migration 0006): from Postgres' sequence, or, on SQLite,
+    after `max(ingest_seq)` read under the write lock the caller holds."""
+    if conn.dialect.name == "postgresql":
+        q = sa.text("SELECT nextval('trajectories_ingest_seq') FROM generate_series(1, :k)")
+        return [int(v) for v in conn.execute(q, {"k": k}).scalars()]
+    top = conn.execute(sa.select(sa.func.max(col(TrajectoryRow.ingest_seq)))).scalar()
+    return list(range(int(top or 0) + 1, int(top or 0) + 1 + k))
+
+
 def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories: Sequence[Trajectory],
                      on_stored: Callable[[list[dict[str, Any]]], None] | None = None,
                      recompose: Callable[[sa.ColumnElement[bool]], sa.Update] | None = None) -> IngestResult:
@@ -162,7 +173,10 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
         replaced: list[str] = []
         if rows or grown:
             dialect = engine.dialect.name
-            with engine.begin() as conn:
+            # The write lock first (SQLite): the ingest numbers read max(ingest_seq) under it.
+            with engine.connect() as conn, conn.execution_options(sqlite_immediate=True).begin():
+                for row, seq in zip([*rows, *grown], next_ingest_seqs(conn, len(rows) + len(grown))):
+                    row["ingest_seq"] = seq
                 if rows:
                     inserted = set(conn.execute(insert_statement(dialect), rows).scalars().all())
                 if grown:

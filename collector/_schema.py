@@ -69,6 +69,8 @@ class TrajectoryRow(_CollectorModel, table=True):
     score_source: str | None = Field(default=None, sa_type=sa.String(16), description="what decided `score`")
     cluster: int | None = Field(default=None, index=True, description="diversity cluster, by `collector score`")
     pii: str | None = Field(default=None, sa_type=sa.Text, description='values replaced at ingest per kind, JSON {"EMAIL": 2}')
+    ingest_seq: int | None = Field(default=None, sa_type=sa.BigInteger(), index=True,
+                                   description="ingest order, given when the row is stored or replaced (migration 0006)")
 
 
 class FeedbackRow(_CollectorModel, table=True):

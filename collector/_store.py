@@ -282,6 +282,13 @@ class Store:
         with Session(self.engine) as session:
             return int(session.exec(select(sa.func.count()).select_from(TrajectoryRow)).one())
 
+    def ingest_mark(self) -> int:
+        """Where ingest has got to: the highest ingest number stored (0 when empty). The rows stored or
+        replaced after this call are those `window_stats(after_mark=...)` counts, whatever the clocks did."""
+        with Session(self.engine) as session:
+            top = session.execute(sa.select(sa.func.max(col(TrajectoryRow.ingest_seq)))).scalar()
+            return int(top or 0)
+
     def window_stats(
         self,
         *,
@@ -289,11 +296,15 @@ class Store:
         served_version: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        after_mark: int | None = None,
     ) -> WindowStats:
         """Counts over the trajectories of `app` served by `served_version`, ingested in [since, until)
-        (None: no bound; naive datetimes are UTC). One aggregate query on indexed columns."""
+        (None: no bound; naive datetimes are UTC) and after `ingest_mark()` returned `after_mark`. One
+        aggregate query on indexed columns."""
         t = TrajectoryRow
         cond: list[sa.ColumnElement[bool]] = [sa.true()]
+        if after_mark is not None:
+            cond.append(col(t.ingest_seq) > after_mark)
         if app is not None:
             cond.append(col(t.app) == app)
         if served_version is not None:

@@ -196,7 +196,7 @@ def test_migrations_create_schema_and_second_start_is_noop(tmp_path: Path) -> No
     s1.add_trajectories([traj(1)])
     s1.close()
     with sqlite3.connect(tmp_path / "fresh" / "c.db") as conn:
-        assert conn.execute("SELECT version_num FROM collector_alembic_version").fetchall() == [("0005",)]
+        assert conn.execute("SELECT version_num FROM collector_alembic_version").fetchall() == [("0006",)]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     s2 = open_store(url)  # second startup: upgrade head is a no-op, data kept
     assert s2.count() == 1
@@ -237,6 +237,10 @@ def test_migration_0005_keeps_feedback_and_old_corrections_take_the_trajectory_r
         (fb,) = store.feedback_for(t.id)
         assert (fb.correction, fb.rating, fb.key_id, fb.response_id) == ("It is 4.", -1.0, "k-old", None)
         export(store, tmp_path / "sft.jsonl")
+        # 0006 numbered the row stored before it, and ingest (Postgres: its sequence) goes on above it.
+        assert store.ingest_mark() == 1
+        store.add_trajectories([traj(2)], anonymize=False)
+        assert store.ingest_mark() == 2 and store.window_stats(after_mark=1).total == 1
     finally:
         store.close()
     (line,) = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]

@@ -77,6 +77,68 @@ def test_new_data_counts_scored_trajectories_since_the_last_export(tmp_path: Pat
     assert sched.due() is not None
 
 
+@pytest.mark.parametrize("step", [timedelta(days=1), -timedelta(days=1)], ids=["ahead", "behind"])
+def test_new_data_counts_in_ingest_order_whatever_the_clocks_did(tmp_path: Path, db_url: str,
+                                                                 step: timedelta) -> None:
+    """The trainer's clock a day ahead of the collector's when it exported (or a day behind: the collector's
+    clock stepped forward since). Catches: the trigger counting by `created_at` against `exported_at` again
+    (ahead: the next day's data never fires it; behind: the data already exported fires it again), and a run
+    record without the ingest mark."""
+    gw = FakeGateway({"policy-v0": set()})
+    gw.next_skill = set(range(10))
+    job = _job(tmp_path, db_url)
+    sched = Scheduler(job, ScheduleConfig(new_data=3), plus_one_suite(10),
+                      job_kwargs={"train_step": quick_step, "admin": gw.admin(), "chat_client": gw.chat()})
+    add_trajectories(db_url, 3)
+    assert sched.tick()
+    [res] = sched.results
+    assert res.status == "promoted" and res.exported_mark == 3
+    record = tmp_path / "runs" / res.run_id / "result.json"
+    rec = json.loads(record.read_text())
+    rec["exported_at"] = (datetime.fromisoformat(rec["exported_at"]) + step).isoformat()
+    record.write_text(json.dumps(rec))
+    assert sched.new_data_count() == 0 and sched.due() is None
+    add_trajectories(db_url, 3, start=10)
+    assert sched.new_data_count() == 3 and sched.due() is not None
+
+
+def test_a_run_after_the_clock_was_set_back_is_still_the_newest(tmp_path: Path, db_url: str) -> None:
+    """The last run was recorded a day ahead (the clock was set back since). The next run must sort after it, or
+    every reader of "the newest run" (this trigger, `trainer runs`, the unload of left candidates) takes the old
+    one. Catches: a run id from the clock alone (the trigger fires again at once on the data just trained on)."""
+    gw = FakeGateway({"policy-v0": set()})
+    gw.next_skill = set(range(10))
+    job = _job(tmp_path, db_url)
+    ahead = datetime.now(timezone.utc) + timedelta(days=1)
+    old = tmp_path / "runs" / (ahead.strftime("%Y%m%dT%H%M%S%fZ") + "-beef")
+    old.mkdir(parents=True)
+    (old / "result.json").write_text(json.dumps({"run_id": old.name, "status": "rejected", "reason": "worse",
+                                                 "exported_at": ahead.isoformat(), "exported_mark": 0}))
+    sched = Scheduler(job, ScheduleConfig(new_data=2), plus_one_suite(10),
+                      job_kwargs={"train_step": quick_step, "admin": gw.admin(), "chat_client": gw.chat()})
+    add_trajectories(db_url, 2)
+    assert sched.tick()
+    [res] = sched.results
+    runs = list_runs(tmp_path / "runs")
+    assert [r["run_id"] for r in runs] == [old.name, res.run_id] and res.exported_mark == 2
+    assert sched.new_data_count() == 0 and sched.due() is None
+
+
+def test_new_data_of_runs_recorded_before_the_mark_counts_by_time(tmp_path: Path, db_url: str) -> None:
+    """A run recorded before `exported_mark` existed: the trigger counts by its export time, as it did.
+    Catches: such a record read as "everything is new" (a mark of None taken for 0)."""
+    job = _job(tmp_path, db_url)
+    add_trajectories(db_url, 4)
+    run = tmp_path / "runs" / "20260101T000000000000Z-0000"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({
+        "run_id": run.name, "status": "rejected", "exported_at": datetime.now(timezone.utc).isoformat()}))
+    sched = Scheduler(job, ScheduleConfig(new_data=2), plus_one_suite(2))
+    assert sched.new_data_count() == 0
+    add_trajectories(db_url, 2, start=10)
+    assert sched.new_data_count() == 2
+
+
 def test_drift_fires_when_live_success_falls_below_the_gate(tmp_path: Path, db_url: str) -> None:
     job = _job(tmp_path, db_url)
     run = tmp_path / "runs" / "20260101T000000000000Z-0000"
@@ -239,5 +301,37 @@ def test_window_stats_count_what_the_triggers_read(any_db_url: str) -> None:
         assert store.window_stats().total == 9 and store.window_stats(app="other").successes == 3
         later = datetime.now(timezone.utc) + timedelta(seconds=1)
         assert store.window_stats(since=later).total == 0 and store.window_stats(until=later).total == 9
+    finally:
+        store.close()
+
+
+def test_the_ingest_mark_orders_stored_and_grown_rows(any_db_url: str) -> None:
+    """Every row stored, and a captured session replaced by a longer revision, gets an ingest number above all
+    before it; a duplicate gets none. Catches: numbers reused or restarted per batch, a grown session kept at its
+    first number (the trigger would miss a conversation that went on), and a replay counted as new."""
+    from collector import open_store
+    from sdk import Message, Trajectory
+    from sdk.wire import REVISION_KEY
+
+    def session(n: int) -> Trajectory:
+        msgs = [Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i}") for i in range(n)]
+        return Trajectory(id="sess-1", app="shop", task_id="chat", model="policy", messages=msgs,
+                          metadata={REVISION_KEY: n})
+
+    store = open_store(any_db_url)
+    try:
+        assert store.ingest_mark() == 0
+        add_trajectories(any_db_url, 3)
+        first = store.ingest_mark()
+        assert first == 3
+        store.add_trajectories([session(2)], anonymize=False)
+        add_trajectories(any_db_url, 3)  # a replay of the first batch: duplicates
+        assert store.ingest_mark() == first + 1 and store.window_stats(after_mark=first).total == 1
+        second = store.ingest_mark()
+        assert store.add_trajectories([session(4)], anonymize=False).accepted == 1
+        assert store.ingest_mark() > second
+        assert store.window_stats(after_mark=second).total == 1 and store.window_stats(after_mark=0).total == 4
+        add_trajectories(any_db_url, 2, start=100)
+        assert store.window_stats(after_mark=second).total == 3 and store.window_stats(app="shop").total == 6
     finally:
         store.close()

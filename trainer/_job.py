@@ -40,11 +40,12 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional
 
@@ -148,7 +149,10 @@ class JobResult:
     seconds: float = 0.0
     exported: int = 0
     exported_at: Optional[str] = None
-    """When the export snapshot was taken (the new-data trigger counts trajectories after it)."""
+    """When the export snapshot was taken, by this host's clock."""
+    exported_mark: Optional[int] = None
+    """The collector's ingest mark just before the export (`Store.ingest_mark`): the new-data trigger counts the
+    trajectories stored after it."""
     data_sha256: Optional[str] = None
     input_key: Optional[str] = None
     """sha256 of (data, algorithm, its config): the same key as a decided run means nothing new."""
@@ -177,8 +181,22 @@ class JobResult:
         return dataclasses.asdict(self)
 
 
+def _ingest_mark(db_url: str) -> int:
+    from collector import open_store
+
+    store = open_store(db_url)
+    try:
+        return store.ingest_mark()
+    finally:
+        store.close()
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
+
+
+_RUN_ID_TIME_FORMAT = "%Y%m%dT%H%M%S%fZ"
+_RUN_ID = re.compile(r"(\d{8}T\d{12}Z)-[0-9a-f]+")
 
 
 def _input_key(step: TrainStep, config: JobConfig, data_sha: str) -> str:
@@ -189,8 +207,15 @@ def _input_key(step: TrainStep, config: JobConfig, data_sha: str) -> str:
 
 def _new_run_dir(runs: Path) -> tuple[str, Path]:
     runs.mkdir(parents=True, exist_ok=True)
-    # Sortable by time; the suffix keeps two hosts starting in the same microsecond apart.
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(2)
+    # Sortable by time, and after every run before it even when the clock was set back since (the newest run
+    # is the one that sorts last: the new-data trigger, `trainer runs` and the unload of candidates read it
+    # so); the suffix keeps two hosts starting in the same microsecond apart.
+    at = datetime.now(timezone.utc)
+    newest = max((m.group(1) for p in runs.iterdir() if (m := _RUN_ID.fullmatch(p.name))), default=None)
+    if newest is not None:
+        last = datetime.strptime(newest, _RUN_ID_TIME_FORMAT).replace(tzinfo=timezone.utc)
+        at = max(at, last + timedelta(microseconds=1))
+    run_id = at.strftime(_RUN_ID_TIME_FORMAT) + "-" + secrets.token_hex(2)
     run_dir = runs / run_id
     run_dir.mkdir()
     return run_id, run_dir
@@ -365,10 +390,11 @@ class _Run:
         cfg, ctx = self.ctx.config, self.ctx
         admin = self.admin or _admin(cfg)  # a missing admin token fails here, not after training
         self._enter(f"exporting training data ({self.step.name})")
-        exported_at = _now()
+        exported_at, mark = _now(), _ingest_mark(cfg.collector_db)
         data = self.step.export(ctx)
         key = _input_key(self.step, cfg, data.sha256)
         self.partial = dataclasses.replace(self.partial, exported=data.count, exported_at=exported_at,
+                                           exported_mark=mark,
                                            data_sha256=data.sha256, input_key=key)
         last = last_decided(default_runs_dir(cfg.runs_dir), key)
         if last is not None:

@@ -135,13 +135,29 @@ def last_decided(runs: Path, input_key: str) -> Optional[dict[str, Any]]:
     return None
 
 
+def _last_export(runs: Path) -> Optional[dict[str, Any]]:
+    """The newest run that exported data and was not interrupted (interrupted runs are redone)."""
+    return next((rec for rec in reversed(list_runs(runs))
+                 if rec.get("status") != "interrupted" and rec.get("exported_at")), None)
+
+
 def last_export_time(runs: Path) -> Optional[datetime]:
-    """When the newest run that exported data (and was not interrupted) took its snapshot; the new-data
-    trigger counts trajectories ingested after it. Interrupted runs do not count: they are redone."""
-    for rec in reversed(list_runs(runs)):
-        if rec.get("status") != "interrupted" and rec.get("exported_at"):
-            return datetime.fromisoformat(rec["exported_at"])
-    return None
+    """When the newest run that exported data (and was not interrupted) took its snapshot, by the trainer's
+    clock; the drift trigger's window starts there at the earliest."""
+    rec = _last_export(runs)
+    return datetime.fromisoformat(rec["exported_at"]) if rec is not None else None
+
+
+def last_export_mark(runs: Path) -> tuple[Optional[int], Optional[datetime]]:
+    """Where the newest run's export snapshot stands, for the new-data trigger: the collector's ingest mark
+    (`Store.ingest_mark`, clock-free) when the run recorded one, else (runs from before it) its time."""
+    rec = _last_export(runs)
+    if rec is None:
+        return None, None
+    mark = rec.get("exported_mark")
+    if isinstance(mark, int) and not isinstance(mark, bool):
+        return mark, None
+    return None, datetime.fromisoformat(rec["exported_at"])
 
 
 def measured_success(runs: Path, version: str) -> Optional[tuple[float, str]]:

@@ -5,7 +5,9 @@ that fires (the job's record names it):
 
 - **cron**: the next time of the cron expression (croniter; local time) has passed.
 - **new data**: at least `new_data` scored trajectories of the app were ingested since the newest
-  run's export snapshot (interrupted runs do not count: they are redone).
+  run's export snapshot (interrupted runs do not count: they are redone), counted in the collector's
+  ingest order (`Store.ingest_mark`), so no clock step, of this host or the collector's, stalls or
+  repeats it.
 - **drift**: the serving version's live success rate — trajectories it served in the last
   `drift_window`, ingested since the newest run, with a verifier outcome, else the user ratings mapped
   from [-1, 1] to [0, 1] — is more than `drift` below what its gate measured (the newest run that
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from . import _defaults as D
 from ._interrupt import StopToken
 from ._job import JobConfig, JobResult, failure_reason, run_job
-from ._runs import default_runs_dir, last_export_time, measured_success
+from ._runs import default_runs_dir, last_export_mark, last_export_time, measured_success
 from sdk import EvalSuite
 from .errors import ConfigError, JobInterrupted
 
@@ -114,7 +116,8 @@ class Scheduler:
 
     def new_data_count(self) -> int:
         """Scored trajectories of the app ingested since the newest run's export."""
-        return int(self._open_store().window_stats(app=self.job.app, since=self._since_last_run()).scored)
+        mark, since = last_export_mark(default_runs_dir(self.job.runs_dir))
+        return int(self._open_store().window_stats(app=self.job.app, since=since, after_mark=mark).scored)
 
     def _default_admin(self) -> AdminClient:
         from server import AdminClient
