@@ -81,6 +81,9 @@ class SoakFacts:
     up_kills: list[float] = field(default_factory=list)
     """Ledger times (seconds) at which `looplift up`, the gateway's and the collector's process, was SIGKILLed."""
     kill_times: dict[str, float] = field(default_factory=dict)
+    clock_steps: list[tuple[float, float]] = field(default_factory=list)
+    """(true time, offset of the wall clock from then on): the soak's start (offset 0), then every clock step it made;
+    the soak's own times (ledger, kills) are true times, the product's stamps are wall-clock times (`true_time`)."""
     """Trainer pid (as a string) -> epoch time the soak SIGKILLed it or saw it exit: when its lock was released at
     the latest (the end of a run it never recorded)."""
     disk_bound_bytes: int = 512 << 20
@@ -308,8 +311,23 @@ def check_canary_resumed_or_ended(facts: SoakFacts) -> Result:
 
 
 # ---- the trainer's side -----------------------------------------------------------------------------------
-def _ts(s: Optional[str]) -> Optional[float]:
-    return datetime.fromisoformat(s).timestamp() if s else None
+#: A stamp taken just before a step may be written with the old offset (and the other way round).
+_STEP_SLACK_S = 5.0
+
+
+def true_time(stamp: Optional[str], steps: list[tuple[float, float]]) -> Optional[float]:
+    """The true epoch time of a wall-clock ISO `stamp` the product wrote during the soak, `steps` being
+    `SoakFacts.clock_steps`: the one period whose offset puts the stamp inside it. The steps are whole days,
+    longer than any soak, so at most one period fits; None for no stamp."""
+    if not stamp:
+        return None
+    wall = datetime.fromisoformat(stamp).timestamp()
+    periods = steps or [(float("-inf"), 0.0)]
+    for i, (start, offset) in enumerate(periods):
+        end = periods[i + 1][0] if i + 1 < len(periods) else float("inf")
+        if start - _STEP_SLACK_S <= wall - offset < end + _STEP_SLACK_S:
+            return wall - offset
+    return wall
 
 
 def check_lock_never_shared(facts: SoakFacts, home: Path) -> Result:
@@ -320,8 +338,8 @@ def check_lock_never_shared(facts: SoakFacts, home: Path) -> Result:
     for r in _runs(home):
         if r.get("status") == "skipped" and "another" in str(r.get("reason", "")):
             continue  # turned away by the lock: never held it
-        start = _ts(r.get("started_at"))
-        end = _ts(r.get("finished_at")) or facts.kill_times.get(str(r.get("pid")))
+        start = true_time(r.get("started_at"), facts.clock_steps)
+        end = true_time(r.get("finished_at"), facts.clock_steps) or facts.kill_times.get(str(r.get("pid")))
         if start is None:
             continue
         if end is None:

@@ -20,13 +20,21 @@ In a temporary LOOPLIFT_HOME (a small tmpfs when run as root, so the disk can fi
 - faults at seeded moments, each logged with its time and kind: SIGKILL of vLLM, of `looplift up` (the gateway and
   the collector are threads of it) during a canary, during a promote and mid-ingest, of `collector export`
   mid-export, of the trainer mid-train and mid-publish, a Postgres restart (with `--postgres-url`: every backend
-  of the database terminated), the home's disk filled and freed. After each kill the killed part is brought back
-  the way an operator would (or the product brings it back; the log says which);
+  of the database terminated), the home's disk filled and freed, and (with `--step-clock`, as root) a clock jump:
+  this machine's wall clock stepped a day forward or back and, at a later jump, back again, as an NTP step after
+  a suspend or a bad time source does. After each kill the killed part is brought back the way an operator would
+  (or the product brings it back; the log says which);
 - at the end the stack is stopped with SIGTERM and the invariants are checked; the report is a table on stdout and
   the JSON at `--json-out`.
 
-Deliberately not here: judging the model's quality (the gate does), load testing (bench/gateway.py), a clock jump
-(`trainer schedule` reads the wall clock; `Scheduler(now=...)` exists only in Python), and GPU runs.
+The soak's own times (the ledger, kill times) come from the monotonic clock, so a clock jump does not move them;
+the invariant checker maps the product's wall-clock stamps back through the recorded steps (whole days, longer
+than any soak, so the mapping is unique). The clock is stepped back to where it would be when the soak ends,
+fails or is interrupted (a SIGKILL of the soak itself leaves it stepped: `date -s` puts it right).
+libfaketime, which would step one process's clock only, hangs Python 3.12's timed waits (`Event.wait` under its
+faked monotonic clock, `EINVAL` from `time.sleep` without it), so the step is the machine's.
+
+Deliberately not here: judging the model's quality (the gate does), load testing (bench/gateway.py), and GPU runs.
 """
 
 from __future__ import annotations
@@ -69,10 +77,20 @@ KINDS = ("vllm_kill", "gateway_kill_canary", "gateway_kill_promote", "collector_
 #: After a full disk frees, this long before the cycle's next fault (ten of the collector client's flushes: CI is slow).
 DISK_SETTLE_S = 5.0
 #: Kinds that fire at a time in the cycle; the others wait for a moment (a stage, a running canary).
-TIMED = ("vllm_kill", "collector_kill_ingest", "collector_kill_export", "postgres_restart", "disk_full")
+TIMED = ("vllm_kill", "collector_kill_ingest", "collector_kill_export", "postgres_restart", "disk_full", "clock_jump")
+#: A clock jump steps the wall clock by this much (or back to true time): longer than any soak, see the docstring.
+CLOCK_STEP_S = 86400.0
 CALC_TOOL = {"type": "function", "function": {
     "name": "calculate", "description": "Evaluate an integer expression.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+
+
+_T0_WALL, _T0_MONO = time.time(), time.monotonic()
+
+
+def true_time() -> float:
+    """Epoch seconds that no clock step moves: the wall clock at the soak's start plus monotonic time since."""
+    return _T0_WALL + time.monotonic() - _T0_MONO
 
 
 def say(msg: str) -> None:
@@ -249,14 +267,14 @@ class Stack:
         """(started, healthy) epoch times of every start of `looplift up`."""
 
     def start(self, timeout: float = 600) -> None:
-        started = time.time()
+        started = true_time()
         self.proc = Proc("up", [str(BIN / "looplift"), "up", "--capture", "--gateway-port", str(self.gw_port),
                                 "--collector-port", str(self.col_port)], self.env, self.logs / "up.log")
         self.starts += 1
         if not wait_for(lambda: self.healthy() or not self.proc.alive(), timeout, 1.0) or not self.healthy():  # type: ignore[union-attr]
             raise RuntimeError(f"looplift up did not become healthy; see {self.logs / 'up.log'}:\n"
                                + (self.logs / "up.log").read_text(errors="replace")[-2000:])
-        self.windows.append((started, time.time()))
+        self.windows.append((started, true_time()))
         for r in self.replicas():
             self.vllm_ports.add(int(str(r["url"]).rsplit(":", 1)[1].split("/")[0]))
 
@@ -310,10 +328,10 @@ class Ledger:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    t0: float = field(default_factory=time.time)
+    t0: float = field(default_factory=true_time)
 
     def add(self, **row: Any) -> dict[str, Any]:
-        row["t"] = time.time() - self.t0
+        row["t"] = true_time() - self.t0
         with self.lock:
             self.rows.append(row)
         return row
@@ -476,11 +494,15 @@ class Soak:
         self._stage_hooks: list[tuple[str, Callable[[], object]]] = []
         self._lock = threading.Lock()
         self.suite = self.home.root / "suite.jsonl"
-        self.t0 = time.time()
+        self.t0 = true_time()
+        self.clock_offset = 0.0
+        """How far this machine's wall clock is stepped from true time now (clock_jump)."""
+        self.clock_steps: list[tuple[float, float]] = [(self.t0, 0.0)]
+        """(true time, offset from then on): the start, then every clock step."""
 
     # -- bookkeeping
     def t(self) -> float:
-        return time.time() - self.t0
+        return true_time() - self.t0
 
     def note_sessions(self) -> None:
         """Remember every session one of ours leads, so the end can find vLLM's retitled engine processes."""
@@ -554,8 +576,11 @@ class Soak:
     def plan(self) -> list[list[str]]:
         """Per cycle, the fault kinds it injects: `--faults` picks spread round-robin over the cycles."""
         # Kinds this machine cannot inject are recorded once, with the reason, and take no slot of --faults.
-        cannot = {"clock_jump": "not injectable: `trainer schedule` reads the wall clock (only the Python Scheduler "
-                                "takes now=); the soak drives the CLI"}
+        cannot = {}
+        if not self.args.step_clock:
+            cannot["clock_jump"] = "not asked for: it steps this machine's wall clock (pass --step-clock, as root)"
+        elif os.geteuid() != 0:
+            cannot["clock_jump"] = "not root: cannot step the wall clock"
         if not self.args.postgres_url:
             cannot["postgres_restart"] = "no --postgres-url: the collector runs on SQLite"
         if not self.home.mounted:
@@ -609,8 +634,8 @@ class Soak:
     def _kill_up(self, kind: str, note: str) -> dict[str, Any]:
         self.note_sessions()
         assert self.stack.proc is not None
-        self.kill_times[str(self.stack.proc.pid)] = time.time()
-        self.up_kills.append(time.time() - self.ledger.t0)
+        self.kill_times[str(self.stack.proc.pid)] = true_time()
+        self.up_kills.append(true_time() - self.ledger.t0)
         self.stack.sigkill()
         row = self.fault(kind, True, note)
         row["restart"] = self.stack.restart_after_kill()
@@ -664,6 +689,24 @@ class Soak:
         # docs/your-app.md). So the next fault of the cycle comes after that flush, not the moment the disk frees.
         time.sleep(DISK_SETTLE_S)
 
+    def _do_clock_jump(self) -> None:
+        # From true time a day forward or back; from a stepped clock back to true time (itself a step back or on).
+        step = self.rng.choice((CLOCK_STEP_S, -CLOCK_STEP_S)) if self.clock_offset == 0 else -self.clock_offset
+        self.step_clock(step)
+        self.fault("clock_jump", True, f"this machine's wall clock stepped {step / 3600:+.0f} h (now {self.clock_offset / 3600:+.0f} h "
+                                       f"from true time), with `trainer schedule` in stage {self.stage!r}")
+
+    def step_clock(self, step: float) -> None:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) + step)
+        self.clock_offset += step
+        self.clock_steps.append((true_time(), self.clock_offset))
+
+    def restore_clock(self) -> None:
+        """Step the wall clock back to true time (the end of the soak, however it ends)."""
+        if self.clock_offset:
+            self.step_clock(-self.clock_offset)
+            self.operator.append(f"t={self.t():.0f}: the wall clock stepped back to true time")
+
     def arm_stage(self, kind: str, use_canary: bool) -> None:
         if kind == "trainer_kill_train":
             self._stage_hooks.append(("training (", lambda: self._kill_trainer(kind, "training")))
@@ -684,7 +727,7 @@ class Soak:
             self.fault(kind, False, f"the trainer had already exited at stage {stage!r}")
             return
         self.note_sessions()
-        self.kill_times[str(tr.pid)] = time.time()
+        self.kill_times[str(tr.pid)] = true_time()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(tr.pid, signal.SIGKILL)  # the process group: torchrun workers too
         tr.proc.wait()
@@ -736,7 +779,7 @@ class Soak:
                 want_canary_kill = False
             if not tr.alive():
                 # When the lock was released (at the latest): a run whose result never got written ends here.
-                self.kill_times.setdefault(str(tr.pid), time.time())
+                self.kill_times.setdefault(str(tr.pid), true_time())
                 recorded = [r for r in self._runs()[runs_before:] if r.get("status") not in ("interrupted", "running")]
                 if recorded or tr.proc.returncode == 0 and not at:
                     break
@@ -751,7 +794,7 @@ class Soak:
             self.inject_timed(k)
         if tr.alive():
             tr.stop(60)
-        self.kill_times.setdefault(str(tr.pid), time.time())
+        self.kill_times.setdefault(str(tr.pid), true_time())
         with self._lock:
             left = [h[0] for h in self._stage_hooks]
             self._stage_hooks = []
@@ -845,6 +888,7 @@ class Soak:
                 self.trainer.stop(60)
             self.note_sessions()
             self.left_loaded = self._left_loaded()
+            self.restore_clock()  # before the checker reads anything: it maps stamps through every step
             rc = self.stack.stop()
             self.operator.append(f"t={self.t():.0f}: `looplift up` stopped with SIGTERM, exit {rc}")
         return self.finish()
@@ -872,7 +916,7 @@ class Soak:
             ports=[self.stack.gw_port, self.stack.col_port, *sorted(self.stack.vllm_ports)],
             owned_pids=sorted(self.pids), sessions=sorted(self.sessions), marker=self.home.marker,
             mounts=[str(self.home.path)] if self.home.mounted else [], temp_paths=[str(self.home.root)],
-            kill_times=self.kill_times, up_kills=self.up_kills,
+            kill_times=self.kill_times, up_kills=self.up_kills, clock_steps=self.clock_steps,
             up_starts=[(a - self.ledger.t0, b - self.ledger.t0) for a, b in self.stack.windows],
             disk_bound_bytes=self.args.disk_bound_mb << 20)
         scratch = Path(tempfile.mkdtemp(prefix="looplift-soak-check-"))
@@ -977,7 +1021,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--json-out", type=Path, help="write the report's JSON here (e.g. bench/results/soak.json)")
     p.add_argument("--kinds", type=lambda v: [k.strip() for k in v.split(",") if k.strip()],
                    help=f"comma-separated fault kinds to inject, in this order (default: all, seeded order): "
-                        f"{', '.join(KINDS[:-1])}")
+                        f"{', '.join(KINDS)}")
+    p.add_argument("--step-clock", action="store_true",
+                   help="let clock_jump step this machine's wall clock a day (root; stepped back at the end)")
     p.add_argument("--threads", type=int, default=2, help="app threads")
     p.add_argument("--think-s", type=float, default=1.5, help="mean pause of a user between conversations")
     p.add_argument("--new-data", type=int, default=6, help="the retrain trigger: this many new scored trajectories")
@@ -1005,12 +1051,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     if args.cycles < 1 or args.minutes <= 0 or args.faults < 0:
         p.error("--cycles must be >= 1, --minutes > 0 and --faults >= 0")
-    if args.kinds and set(args.kinds) - set(KINDS[:-1]):
-        p.error(f"unknown fault kinds {sorted(set(args.kinds) - set(KINDS[:-1]))}; known: {', '.join(KINDS[:-1])}")
+    if args.kinds and set(args.kinds) - set(KINDS):
+        p.error(f"unknown fault kinds {sorted(set(args.kinds) - set(KINDS))}; known: {', '.join(KINDS)}")
     soak = Soak(args)
     try:
         result = soak.run()
     except BaseException:
+        soak.restore_clock()
         soak.stack.stop()
         soak.home.remove(keep_root=args.keep_home)  # never leave the tmpfs mounted
         raise

@@ -11,12 +11,40 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from _bench import load_bench
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
+DAY = 86400.0
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat()
+
+
+def test_the_checker_maps_wall_stamps_through_clock_steps() -> None:
+    """The soak stepped the clock a day back at t=1000 and to true time again at t=2000; the product's stamps are
+    on the stepped clock. Catches: stamps read as they are (a run after the back-step would seem to end before it
+    started, and two runs across it to overlap or not), the offset taken from the wrong period, and a stamp written
+    a moment before a step (with the old offset) put a day off."""
+    soak = load_bench("soak")  # puts bench/ on the path: its checker is importable as the soak imports it
+    true_time = sys.modules["_soak_invariants"].true_time
+    t0 = 1_800_000_000.0
+    steps = [(t0, 0.0), (t0 + 1000, -DAY), (t0 + 2000, 0.0)]
+    assert true_time(_stamp(t0 + 500), steps) == pytest.approx(t0 + 500)
+    assert true_time(_stamp(t0 + 1500 - DAY), steps) == pytest.approx(t0 + 1500)
+    assert true_time(_stamp(t0 + 1001), steps) == pytest.approx(t0 + 1001)  # the old offset, just after a step
+    assert true_time(_stamp(t0 + 2001 - DAY), steps) == pytest.approx(t0 + 2001)
+    assert true_time(_stamp(t0 + 2500), steps) == pytest.approx(t0 + 2500)
+    assert true_time(_stamp(t0 + 500), steps[:1]) == pytest.approx(t0 + 500) and true_time(None, steps) is None
+    assert soak.CLOCK_STEP_S >= DAY  # the mapping is unique only for steps longer than any soak
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
 
 
 def test_soak_ci_variant_keeps_every_invariant(looplift_base_model: Path, tmp_path: Path) -> None:
