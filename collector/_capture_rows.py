@@ -7,7 +7,9 @@ episode, and both are driven by the trajectory's metadata, so any client may use
   the gateway re-sends its trajectory under the same id after every exchange, each time with the
   whole conversation so far (`metadata.looplift_revision` marks it revisable). A revisable trajectory
   with more messages than the stored one replaces it; one with as many or fewer (a replay, a spooled
-  batch that arrives after a newer one) is a duplicate, as ingest always was. Replacing, not
+  batch that arrives after a newer one) is a duplicate, as ingest always was, unless it lists completions
+  the stored one lacks (it was journaled before a gateway restart and arrives after the restarted
+  gateway's longer revision): then those are merged into the stored row. Replacing, not
   appending, keeps one row per conversation, so export, dedup and scores see the conversation once.
   The row's feedback stays joined (the id is the same); its ingest time becomes the replacement's. A
   revision may not carry the exchanges before it: a gateway restarted mid-conversation knows only those
@@ -78,8 +80,9 @@ def stored_objects(conn: sa.Connection, ids: Sequence[str]) -> dict[str, dict[st
     return {tid: json.loads(data) for tid, data in rows}
 
 
-def replace_grown(conn: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Overwrite each stored row whose id is in `rows` and which has fewer messages; the ids replaced.
+def replace_grown(conn: sa.Connection, rows: Sequence[dict[str, Any]], *, same_length: bool = False) -> list[str]:
+    """Overwrite each stored row whose id is in `rows` and which has fewer messages (`same_length`: as many,
+    for a row merged with a lagging revision's completions); the ids replaced.
 
     The message-count condition is in the UPDATE itself, so of two revisions of one session ingested
     concurrently the longer one wins whatever the commit order."""
@@ -87,7 +90,8 @@ def replace_grown(conn: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[s
     done = []
     for row in rows:
         values = {k: v for k, v in row.items() if k != "id"}
-        stmt = sa.update(t).where(t.id == row["id"], t.n_messages < row["n_messages"]).values(**values)
+        fits = t.n_messages == row["n_messages"] if same_length else t.n_messages < row["n_messages"]
+        stmt = sa.update(t).where(t.id == row["id"], fits).values(**values)
         if conn.execute(stmt).rowcount:
             done.append(row["id"])
     return done

@@ -134,7 +134,8 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
     Ids already stored (or repeated within the batch) count as duplicates and are not rewritten:
     within a batch the first occurrence wins. The one exception is a revisable trajectory (a session
     the gateway captured, which grows with every exchange and is re-sent under the same id, see
-    `_capture_rows`): one with more messages than the stored row replaces it and counts as accepted;
+    `_capture_rows`): one with more messages than the stored row replaces it and counts as accepted, and
+    so does one no longer that lists completions the stored row lacks (it is merged into the row);
     `recompose(where)`, the UPDATE that recomposes scores with the joined feedback, runs on the
     replaced rows in the same transaction. The completion ids listed in `metadata.response_ids` are
     linked to their trajectory, so feedback can name them. `anonymizer=None` stores the text as given
@@ -153,34 +154,53 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
     unique: dict[str, Trajectory] = {}
     for t in trajectories:
         kept = unique.get(t.id)
-        if kept is None or (_capture_rows.revisable(t) and len(t.messages) > len(kept.messages)):
-            # Of a session's revisions in one batch, the longest (with what only the shorter one lists).
-            unique[t.id] = t if kept is None else _capture_rows.keep_earlier(t, kept.model_dump(mode="json"))
+        if kept is None:
+            unique[t.id] = t
+        elif _capture_rows.revisable(t):
+            # Of a session's revisions in one batch, the longest, with what only a shorter one lists (whatever
+            # their order: the spool may replay a revision from before a gateway restart after one from after it).
+            longer, shorter = (t, kept) if len(t.messages) > len(kept.messages) else (kept, t)
+            unique[t.id] = _capture_rows.keep_earlier(longer, shorter.model_dump(mode="json"))
     tr = TrajectoryRow
+    filled: list[str] = []
     try:
         with engine.connect() as conn:
             q = sa.select(col(tr.id), col(tr.n_messages)).where(col(tr.id).in_(list(unique)))
             stored = dict(conn.execute(q).tuples().all())
             growing = [tid for tid, t in unique.items()
                        if tid in stored and _capture_rows.revisable(t) and len(t.messages) > stored[tid]]
-            if growing:
-                for tid, obj in _capture_rows.stored_objects(conn, growing).items():
-                    unique[tid] = _capture_rows.keep_earlier(unique[tid], obj)
+            # A revision no longer than the stored one that lists completions the stored one lacks: from before
+            # a gateway restart, arriving (journal, spool) after the restarted gateway's longer one.
+            lagging = [tid for tid, t in unique.items() if tid in stored and _capture_rows.revisable(t)
+                       and len(t.messages) <= stored[tid] and _capture_rows.response_ids(t)]
+            if growing or lagging:
+                objs = _capture_rows.stored_objects(conn, growing + lagging)
+                for tid in growing:
+                    unique[tid] = _capture_rows.keep_earlier(unique[tid], objs[tid])
+                for tid in lagging:
+                    have = Trajectory.model_validate(objs[tid])
+                    merged = _capture_rows.keep_earlier(have, unique[tid].model_dump(mode="json"))
+                    if merged is not have:
+                        unique[tid] = merged
+                        filled.append(tid)
         now = utcnow()
         rows = [trajectory_row(t, now, anonymizer) for tid, t in unique.items() if tid not in stored]
         grown = [trajectory_row(unique[tid], now, anonymizer) for tid in growing]
+        refilled = [trajectory_row(unique[tid], now, anonymizer) for tid in filled]
         inserted: set[str] = set()
         replaced: list[str] = []
-        if rows or grown:
+        if rows or grown or refilled:
             dialect = engine.dialect.name
             # The write lock first (SQLite): the ingest numbers read max(ingest_seq) under it.
             with engine.connect() as conn, conn.execution_options(sqlite_immediate=True).begin():
-                for row, seq in zip([*rows, *grown], next_ingest_seqs(conn, len(rows) + len(grown))):
+                changed = [*rows, *grown, *refilled]
+                for row, seq in zip(changed, next_ingest_seqs(conn, len(changed))):
                     row["ingest_seq"] = seq
                 if rows:
                     inserted = set(conn.execute(insert_statement(dialect), rows).scalars().all())
-                if grown:
-                    replaced = _capture_rows.replace_grown(conn, grown)
+                if grown or refilled:
+                    replaced = (_capture_rows.replace_grown(conn, grown)
+                                + _capture_rows.replace_grown(conn, refilled, same_length=True))
                     if replaced and recompose is not None:
                         conn.execute(recompose(col(tr.id).in_(replaced)))
                 _capture_rows.link_responses(conn, dialect_insert(dialect, ResponseIdRow),
@@ -189,5 +209,5 @@ def add_trajectories(engine: Engine, anonymizer: Anonymizer | None, trajectories
         raise storage_error(f"could not store {len(ids)} trajectories", e) from e
     done = inserted | set(replaced)
     if on_stored is not None and done:
-        on_stored([r for r in rows + grown if r["id"] in done])
+        on_stored([r for r in rows + grown + refilled if r["id"] in done])
     return IngestResult(accepted=len(done), duplicates=len(ids) - len(done), ids=ids)

@@ -173,15 +173,24 @@ def test_a_session_that_grows_after_a_gateway_restart_keeps_its_earlier_completi
     """Catches: the longer revision replacing the stored one wholesale. A gateway restarted mid-conversation knows
     only the exchanges since (same trajectory id: session + first prompt), so the earlier completion's response id,
     exchange and token turn vanished from the row while its link still pointed there (found by bench/soak.py).
-    Also within one batch (the spool replaying both revisions together)."""
-    for session, batches in (("s", "one by one"), ("t", "one batch")):
+    Also within one batch (the spool replaying both revisions together), and in the other order: the revision from
+    before the restart, journaled, arrives after the restarted gateway's longer one (found by bench/soak.py: a
+    completion served the instant `looplift up` was SIGKILLed was missing). Catches: a shorter revision taken for
+    a duplicate although it lists a completion the stored row lacks, and within a batch the first one winning."""
+    for session, batches in (("s", "one by one"), ("t", "one batch"), ("u", "late first"), ("v", "one batch, reversed")):
         first, second = _restarted_session(session)
         assert second.id == first.id and second.metadata["response_ids"] == [f"{session}-r1"]
         if batches == "one by one":
             store.add_trajectories([first])
             store.add_trajectories([second])
-        else:
+        elif batches == "late first":
+            store.add_trajectories([second])
+            assert store.add_trajectories([first]).accepted == 1
+            assert store.add_trajectories([first]).duplicates == 1  # merged once; a replay changes nothing
+        elif batches == "one batch":
             store.add_trajectories([first, second])
+        else:
+            store.add_trajectories([second, first])
         got = store.get(first.id)
         assert got.metadata["response_ids"] == [f"{session}-r0", f"{session}-r1"], batches
         assert [e["response_id"] for e in got.metadata["exchanges"]] == [f"{session}-r0", f"{session}-r1"]
