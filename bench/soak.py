@@ -821,7 +821,14 @@ class Soak:
     def reset_to_base(self) -> None:
         """Serve the base again (an operator's promote of it), so this cycle's gate has something to beat: after
         one promotion the tiny model has nothing left to learn on this task, and a soak whose gates all reject
-        never reaches a canary or a promote to fault."""
+        never reaches a canary or a promote to fault. For the same reason the app's alpha-spending ledger is
+        deleted (the documented way to restart its count, trainer/_gate.py): by the fifth gate alpha_k is 1/25
+        of the first, and a +10-point candidate on the soak's 25 selection tasks no longer passes."""
+        ledgers = list((self.home.path / "trainer" / "runs" / "gate-ledger").glob("*.json"))
+        for ledger in ledgers:
+            ledger.unlink(missing_ok=True)
+        if ledgers:
+            self.operator.append(f"t={self.t():.0f}: operator deleted the gate ledger (the app's alpha restarts)")
         try:
             view = self.stack.admin("GET", "/admin/versions")
             base = view["versions"][0]["name"]
