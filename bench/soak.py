@@ -466,6 +466,16 @@ class App:
 
 
 # ---- faults ----------------------------------------------------------------------------------------------
+def spread(picks: list[str], cycles: int) -> list[list[str]]:
+    """The fault kinds per cycle: pick i goes to cycle i mod `cycles`, or to the next cycle that does not have
+    its kind yet (two of one kind in a cycle would fire at one moment: one fault counted twice)."""
+    per: list[list[str]] = [[] for _ in range(cycles)]
+    for i, kind in enumerate(picks):
+        c = next((c for c in ((i + j) % cycles for j in range(cycles)) if kind not in per[c]), i % cycles)
+        per[c].append(kind)
+    return per
+
+
 class Soak:
     """The run: home, stack, app, cycles, faults, and the facts the invariant checker reads."""
 
@@ -591,11 +601,7 @@ class Soak:
         self.rng.shuffle(order)
         if self.args.kinds:
             order = [k for k in self.args.kinds if k not in cannot] or order
-        picks = [order[i % len(order)] for i in range(self.args.faults)]
-        per: list[list[str]] = [[] for _ in range(self.args.cycles)]
-        for i, k in enumerate(picks):
-            per[i % self.args.cycles].append(k)
-        return per
+        return spread([order[i % len(order)] for i in range(self.args.faults)], self.args.cycles)
 
     def inject_timed(self, kind: str) -> None:
         try:

@@ -43,6 +43,17 @@ def test_the_checker_maps_wall_stamps_through_clock_steps() -> None:
     assert soak.CLOCK_STEP_S >= DAY  # the mapping is unique only for steps longer than any soak
 
 
+def test_the_plan_never_puts_one_kind_twice_in_a_cycle() -> None:
+    """36 faults of 10 kinds over 30 cycles: round-robin put the 31st pick (the 1st kind again) into cycle 1 beside
+    the 1st, and both fired at one moment, one kill counted twice. Catches that, and a plan that drops picks."""
+    soak = load_bench("soak")
+    kinds = [f"k{i}" for i in range(10)]
+    per = soak.spread([kinds[i % 10] for i in range(36)], 30)
+    assert all(len(set(c)) == len(c) for c in per) and sorted(sum(per, [])) == sorted(kinds[i % 10] for i in range(36))
+    assert soak.spread(["a", "b", "c"], 2) == [["a", "c"], ["b"]]  # the CI variant's plan, as before
+    assert soak.spread(["a", "a"], 1) == [["a", "a"]]  # nowhere else to go: kept (a cycle of one kind twice)
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 
