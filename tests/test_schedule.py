@@ -59,12 +59,16 @@ def test_cron_survives_clock_jumps_without_a_storm_or_a_repeat(tmp_path: Path, d
     assert sched.due() is not None  # 10:10: the next slot
 
 
-def test_new_data_counts_scored_trajectories_since_the_last_export(tmp_path: Path, db_url: str) -> None:
+def _new_data_scheduler(tmp_path: Path, db_url: str, new_data: int) -> Scheduler:
+    """A new-data scheduler whose jobs train the quick step against a fake gateway that promotes."""
     gw = FakeGateway({"policy-v0": set()})
     gw.next_skill = set(range(10))
-    job = _job(tmp_path, db_url)
-    sched = Scheduler(job, ScheduleConfig(new_data=5), plus_one_suite(10),
-                      job_kwargs={"train_step": quick_step, "admin": gw.admin(), "chat_client": gw.chat()})
+    return Scheduler(_job(tmp_path, db_url), ScheduleConfig(new_data=new_data), plus_one_suite(10),
+                     job_kwargs={"train_step": quick_step, "admin": gw.admin(), "chat_client": gw.chat()})
+
+
+def test_new_data_counts_scored_trajectories_since_the_last_export(tmp_path: Path, db_url: str) -> None:
+    sched = _new_data_scheduler(tmp_path, db_url, 5)
     add_trajectories(db_url, 4)
     add_trajectories(db_url, 3, app="other", start=100)  # another app's data does not count
     assert sched.new_data_count() == 4 and not sched.tick()
@@ -84,11 +88,7 @@ def test_new_data_counts_in_ingest_order_whatever_the_clocks_did(tmp_path: Path,
     clock stepped forward since). Catches: the trigger counting by `created_at` against `exported_at` again
     (ahead: the next day's data never fires it; behind: the data already exported fires it again), and a run
     record without the ingest mark."""
-    gw = FakeGateway({"policy-v0": set()})
-    gw.next_skill = set(range(10))
-    job = _job(tmp_path, db_url)
-    sched = Scheduler(job, ScheduleConfig(new_data=3), plus_one_suite(10),
-                      job_kwargs={"train_step": quick_step, "admin": gw.admin(), "chat_client": gw.chat()})
+    sched = _new_data_scheduler(tmp_path, db_url, 3)
     add_trajectories(db_url, 3)
     assert sched.tick()
     [res] = sched.results
@@ -106,16 +106,12 @@ def test_a_run_after_the_clock_was_set_back_is_still_the_newest(tmp_path: Path, 
     """The last run was recorded a day ahead (the clock was set back since). The next run must sort after it, or
     every reader of "the newest run" (this trigger, `trainer runs`, the unload of left candidates) takes the old
     one. Catches: a run id from the clock alone (the trigger fires again at once on the data just trained on)."""
-    gw = FakeGateway({"policy-v0": set()})
-    gw.next_skill = set(range(10))
-    job = _job(tmp_path, db_url)
     ahead = datetime.now(timezone.utc) + timedelta(days=1)
     old = tmp_path / "runs" / (ahead.strftime("%Y%m%dT%H%M%S%fZ") + "-beef")
     old.mkdir(parents=True)
     (old / "result.json").write_text(json.dumps({"run_id": old.name, "status": "rejected", "reason": "worse",
                                                  "exported_at": ahead.isoformat(), "exported_mark": 0}))
-    sched = Scheduler(job, ScheduleConfig(new_data=2), plus_one_suite(10),
-                      job_kwargs={"train_step": quick_step, "admin": gw.admin(), "chat_client": gw.chat()})
+    sched = _new_data_scheduler(tmp_path, db_url, 2)
     add_trajectories(db_url, 2)
     assert sched.tick()
     [res] = sched.results
