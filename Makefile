@@ -38,7 +38,7 @@ COV_FLOOR := 75
 COV := --cov=sdk --cov=server --cov=collector --cov=trainer --cov=sandboxes --cov=envs --cov=looplift --cov-report=term \
        --cov-fail-under=$(COV_FLOOR)
 test: lint
-	$(PY) -m pytest -q -rs $(COV)
+	$(PY) -m pytest -q -rs --durations=30 $(COV)
 
 # Unit tests only, minutes not a quarter hour: no Docker, vLLM, Postgres, Chromium, model builds or slow tests
 # (the markers: tests/_resources.py). No lint, no coverage.

@@ -67,6 +67,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (test
     sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 import _soak_invariants as inv  # noqa: E402  (after the path: bench scripts run from anywhere)
+from sdk.infra import env_without_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -149,7 +150,7 @@ class Home:
             self.mounted = p.returncode == 0
             self.why_no_tmpfs = "" if self.mounted else f"mount failed: {p.stderr.strip()}"
         self.filler = self.path / "soak-filler"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")}
+        self.env = env_without_config()
         self.env["LOOPLIFT_HOME"] = str(self.path)
         self.marker = f"LOOPLIFT_HOME={self.path}"
 

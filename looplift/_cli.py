@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from sdk.infra import Shutdown, cli_fail, print_table, shutdown_on_signals
+from sdk.infra import Shutdown, cli_fail, print_table, record_cost, shutdown_on_signals
 
 if TYPE_CHECKING:
     from typer import _click as click  # typer's own copy of click: the types its TyperGroup uses
@@ -331,6 +331,7 @@ def _up(model: Optional[Path], host: str, gateway_port: int, collector_port: int
     from ._stack import Stack, StackConfig
 
     home = looplift_home()
+    record_cost("stack", "looplift up")
     model = model or build_tiny_model()
     collector_settings: Any = None
     try:
@@ -445,6 +446,7 @@ def demo(
     try:
         if episodes is None:
             episodes = 1024 if algo == "online-grpo" else 256
+        record_cost("stack", f"looplift demo --algo {algo} --cycles {cycles} --episodes {episodes}")
         result = run_demo(DemoConfig(cycles=cycles, episodes=episodes, held_out=held_out, json_out=json_out,
                                      chart_out=chart, sandbox_backend=sandbox, unsafe=unsafe, seed=seed,
                                      algo=algo), console=console)

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from sdk.infra import record_cost
+
 from . import _defaults
 from ._engine import _import_docker, docker_client, image_exists
 from .errors import ImageBuildError
@@ -159,6 +161,7 @@ def _build_with_debootstrap(client: Any, tag: str, suite: str, say: Progress, re
         say(f"root filesystem ready in {time.monotonic() - t0:.0f}s; importing into the engine as {tag}")
         _import_rootfs(client, rootfs, tag)
         say(f"image {tag} ready ({time.monotonic() - t0:.0f}s in all)")
+        record_cost("image_build", tag, time.monotonic() - t0)
     finally:
         _remove_rootfs(work)
 

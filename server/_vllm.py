@@ -36,7 +36,7 @@ from typing import Callable, Literal, Mapping, Optional
 import httpx
 
 from sdk import looplift_home
-from sdk.infra import TiedProcess, spawn_tied
+from sdk.infra import TiedProcess, record_cost, spawn_tied
 
 from . import _defaults as D
 from ._tools import detect_tokenizer_mode, resolve_tool_parser
@@ -314,7 +314,14 @@ def start_vllm(
         if process is not None:
             process.stop(grace_s=D.VLLM_ABORT_GRACE_S)
         raise
+    record_cost("vllm", _cost_label(model_dir, argv), time.monotonic() - t0)
     return server
+
+
+def _cost_label(model_dir: Path, argv: list[str]) -> str:
+    """The model and the flags that make one vLLM server unlike another (what the cost ledger groups by)."""
+    flags = [f"{a} {argv[i + 1]}" for i, a in enumerate(argv[:-1]) if a in ("--tool-call-parser", "--tokenizer-mode")]
+    return " ".join([f"{model_dir.parent.name}/{model_dir.name}", *flags])
 
 
 def _warm_up(server: VLLMServer, config: VLLMConfig) -> None:

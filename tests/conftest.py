@@ -11,12 +11,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from _cost import BUDGET, over_budget, read_ledger, report
 from _dbs import DIALECTS, database
 from _resources import RESOURCES, needs, require
+
+from sdk.infra import COST_LOG_ENV, COST_TAG_ENV
 
 
 # ---- the session's own LOOPLIFT_HOME, resource markers (tests/_resources.py) ---------------------
 _HOME = pytest.StashKey["str | None"]()  # the caller's LOOPLIFT_HOME, put back at the end
+_LEDGER = pytest.StashKey[Path]()  # the session's cost ledger (tests/_cost.py)
+_OVER = pytest.StashKey["list[str]"]()  # what exceeded the budget, for the summary
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin is configured
@@ -29,16 +34,53 @@ def pytest_configure(config: pytest.Config) -> None:
     home = factory.mktemp("looplift_home", numbered=False) if factory else Path(tempfile.mkdtemp(prefix="looplift-home-"))
     config.stash[_HOME] = os.environ.get("LOOPLIFT_HOME")
     os.environ["LOOPLIFT_HOME"] = str(home)
+    # The cost ledger: every process of the run (children inherit the variable) appends what it started.
+    ledger = home.parent / "cost.jsonl"
+    ledger.unlink(missing_ok=True)
+    config.stash[_LEDGER] = ledger
+    os.environ[COST_LOG_ENV] = str(ledger)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _HOME not in config.stash:
         return
+    os.environ.pop(COST_LOG_ENV, None)
     before = config.stash[_HOME]
     if before is None:
         os.environ.pop("LOOPLIFT_HOME", None)
     else:
         os.environ["LOOPLIFT_HOME"] = before
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Charge what the test (its setup, call and teardown, and every child they start) records to its id."""
+    os.environ[COST_TAG_ENV] = item.nodeid
+    try:
+        return (yield)
+    finally:
+        os.environ.pop(COST_TAG_ENV, None)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run when it started more of a kind than `tests/_cost.py`'s BUDGET allows (a count, never a time)."""
+    if _LEDGER not in session.config.stash:
+        return
+    over = over_budget(read_ledger(session.config.stash[_LEDGER]), BUDGET)
+    session.config.stash[_OVER] = over
+    if over and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The suite's own cost: what it started (vLLM servers, model builds, image builds, stacks), with seconds."""
+    if _LEDGER not in config.stash:
+        return
+    events = read_ledger(config.stash[_LEDGER])
+    terminalreporter.section("cost: what this run started (tests/_cost.py)")
+    report(events, BUDGET, terminalreporter.write_line)
+    for line in config.stash.get(_OVER, []):
+        terminalreporter.write_line(f"OVER BUDGET: {line}", red=True, bold=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the markers added here count for it
@@ -105,25 +147,39 @@ def looplift_new_adapter(
 
 @pytest.fixture(scope="session")
 @needs("model_build", "slow")
-def looplift_base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real tiny base model `looplift up`/`demo` build by default (~4 CPU-minutes here), built once per
-    session. Tests that need a policy that solves some tasks (a demo that reaches a swap) use it through
-    `looplift_home_with_base_model` instead of building it again."""
-    from trainer import BaseModelConfig, build_base_model
+def looplift_base_model() -> Path:
+    """The real tiny base model `looplift up`/`demo` build by default (a few CPU-minutes here), built once by
+    `trainer build-base` in a child process and cached by content hash (tests/_models.py). Tests that need a policy
+    that solves some tasks (a demo that reaches a swap) use it through `looplift_home_with_base_model`."""
+    from _models import base_model
 
-    return build_base_model(BaseModelConfig(), out_dir=tmp_path_factory.mktemp("looplift_base_model") / "model")
+    return base_model()
 
 
 @pytest.fixture(scope="session")
-def looplift_home_with_base_model(looplift_base_model: Path) -> Callable[[Path], Path]:
+@needs("model_build")
+def looplift_small_trained_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny base model trained briefly (300 demonstrations, 30 steps: ~20 s), for the trainer's own tests (SFT,
+    training on several processes); built once per session."""
+    from _models import SMALL_TRAINED_FIELDS
+
+    from trainer._base_model import BaseModelConfig, build_base_model
+
+    return build_base_model(BaseModelConfig(**SMALL_TRAINED_FIELDS), out_dir=tmp_path_factory.mktemp("small_trained") / "model")
+
+
+@pytest.fixture(scope="session")
+def looplift_home_with_base_model(looplift_base_model: Path, name_model_dir: Path) -> Callable[[Path], Path]:
     """`seed(home)` copies the session's base model into `home`'s base-model cache (where `looplift up` and
-    `looplift demo` look first) and returns `home`."""
+    `looplift demo` look first), links the session's name model into it (their collectors anonymize without
+    training it again) and returns `home`."""
     from trainer import base_model_dir
 
     def seed(home: Path) -> Path:
         with pytest.MonkeyPatch.context() as m:
             m.setenv("LOOPLIFT_HOME", str(home))
             shutil.copytree(looplift_base_model, base_model_dir())
+        (home / "models" / name_model_dir.name).symlink_to(name_model_dir, target_is_directory=True)
         return home
 
     return seed

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 from _jobsteps import FakeGateway, add_trajectories, plus_one_suite
-from _resources import needs
 
 from trainer import JobConfig, JobInterrupted, run_job
 from trainer._config import job_config, load_config
@@ -41,12 +40,8 @@ CFG = SFTConfig(steps=30, batch_size=16, lr=1e-2, seed=3)
 
 
 @pytest.fixture(scope="module")
-@needs("model_build")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer._base_model import BaseModelConfig, build_base_model
-
-    return build_base_model(BaseModelConfig(n_demos=300, steps=30, batch_size=16),
-                            out_dir=tmp_path_factory.mktemp("dist") / "tiny")
+def tiny_model(looplift_small_trained_model: Path) -> Path:
+    return looplift_small_trained_model
 
 
 def _curve(adapter: Path) -> list[float]:

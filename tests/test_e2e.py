@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from sandboxes import detect_backend
+from sdk.infra import env_without_config
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, looplift_home_with_base_model
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")}
+    env = env_without_config()
     env["LOOPLIFT_HOME"] = str(home)
     return env
 

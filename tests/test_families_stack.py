@@ -27,7 +27,10 @@ import httpx
 import openai
 import pytest
 
+from _models import family_model
 from _wait import wait_until
+
+from sdk.infra import env_without_config
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model_build, pytest.mark.slow]
 BIN = Path(sys.executable).parent
@@ -54,7 +57,7 @@ def _free_port() -> int:
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")}
+    env = env_without_config()
     env["LOOPLIFT_HOME"] = str(home)
     return env
 
@@ -71,11 +74,10 @@ def home(tmp_path_factory: pytest.TempPathFactory, name_model_dir: Path) -> Path
 
 @pytest.fixture
 def up(home: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    """The family's tiny model, served by `looplift up --model DIR --capture` until the test ends."""
-    from trainer import build_family_model
-
+    """The family's tiny model (built by `looplift model build` with its default training, cached by content hash:
+    tests/_models.py), served by `looplift up --model DIR --capture` until the test ends."""
     family = request.param
-    model = build_family_model(family, tmp_path / family)
+    model = family_model(family)
     # Each family has its own database: what one test captured is not another's.
     (home / "collector.db").unlink(missing_ok=True)
     gw, col = _free_port(), _free_port()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.infra import spawn_tied
+from sdk.infra import env_without_config, spawn_tied
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How long a killed parent's processes may take to go (vLLM's grace period is 10 s, then SIGKILL).
@@ -61,7 +61,7 @@ def _python(code: str) -> list[str]:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")}
+    env = env_without_config()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env.update(extra)
     return env

@@ -5,7 +5,6 @@ on SQLite and Postgres); SIGTERM during a `trainer run` leaves the run recorded 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from _jobsteps import FakeGateway, add_trajectories, plus_one_suite, quick_step
 
+from sdk.infra import env_without_config
 from trainer import JobConfig, JobLock, ScheduleConfig, Scheduler, list_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +158,7 @@ def test_drift_fires_when_live_success_falls_below_the_gate(tmp_path: Path, db_u
 
 
 def _race_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")}
+    env = env_without_config()
     env.update(LOOPLIFT_HOME=str(tmp_path / "home"), PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}",
                LOOPLIFT_TEST_MARKER=str(tmp_path / "training"), LOOPLIFT_TEST_RELEASE=str(tmp_path / "release"))
     return env
@@ -244,7 +244,7 @@ def test_sigterm_mid_job_records_an_interrupted_run(tmp_path: Path, db_url: str)
 
 @pytest.mark.slow
 def test_a_bad_cron_is_one_line_before_anything_starts(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPLIFT_")} | {"LOOPLIFT_HOME": str(tmp_path)}
+    env = env_without_config() | {"LOOPLIFT_HOME": str(tmp_path)}
     for cmd in (["looplift", "up", "--retrain", "every night"],
                 ["trainer", "schedule", "--cron", "every night", "--eval", "envs:arithmetic_suite"]):
         p = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], env=env, cwd=tmp_path, capture_output=True, text=True,

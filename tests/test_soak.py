@@ -58,7 +58,8 @@ def test_the_plan_never_puts_one_kind_twice_in_a_cycle() -> None:
 @pytest.mark.slow
 
 
-def test_soak_ci_variant_keeps_every_invariant(looplift_base_model: Path, tmp_path: Path) -> None:
+def test_soak_ci_variant_keeps_every_invariant(looplift_base_model: Path, name_model_dir: Path, tmp_path: Path) -> None:
+    # name_model_dir: trained in the session's home first, where the soak finds it (its collector then loads it).
     out = tmp_path / "soak.json"
     # A SIGKILL of `looplift up` while the app's traffic is captured (the operator restarts it), of the trainer
     # mid-train, and a full disk: three kinds that land in every run whatever the gate decides.

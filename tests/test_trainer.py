@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from _resources import needs
+from _models import SMALL_TRAINED_FIELDS
 from safetensors.torch import load_file
 
 from envs._arithmetic import demonstration, held_out_tasks, training_tasks
@@ -18,7 +18,7 @@ from trainer._tokenizer import build_tokenizer
 from trainer.errors import TrainingDataError
 from trainer.sft import SFTConfig, train_sft
 
-TINY = BaseModelConfig(n_demos=300, steps=30, batch_size=16)
+TINY = BaseModelConfig(**SMALL_TRAINED_FIELDS)  # the session's `looplift_small_trained_model`
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +27,8 @@ def tok():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-@needs("model_build")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_base_model(TINY, out_dir=tmp_path_factory.mktemp("m") / "tiny")
+def tiny_model(looplift_small_trained_model: Path) -> Path:
+    return looplift_small_trained_model
 
 
 def test_tokenizer_splits_digits_and_round_trips(tok) -> None:  # type: ignore[no-untyped-def]

@@ -29,8 +29,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from envs import demonstration, training_tasks
 from sdk import looplift_home
-from sdk.infra import atomic_dir
+from sdk.infra import atomic_dir, record_cost
 
+from . import _defaults as D
 from ._data import Progress, encode_chat, train_causal_lm
 from ._lora import lora_targets
 from ._tokenizer import build_tokenizer
@@ -51,7 +52,7 @@ class BaseModelConfig:
     """Tool-calling demonstrations of the demo task (`calc`, `_tool_demos`), miscopied like the others."""
     lookup_demos: int = 3_000
     """Tool-calling demonstrations of an order lookup (`lookup_order`, `_tool_demos`), miscopied the same way."""
-    steps: int = 1_000
+    steps: int = D.BASE_MODEL_STEPS
     """Optimizer steps."""
     batch_size: int = 64
     lr: float = 3e-3
@@ -175,4 +176,6 @@ def build_base_model(
                            lr=cfg.lr, seed=cfg.seed, progress=progress)
     meta = {"config": dataclasses.asdict(cfg), "trained": True, "final_loss": loss,
             "seconds": round(time.monotonic() - t0, 1), "parameters": sum(p.numel() for p in model.parameters())}
-    return _save(model, tok, out, meta)
+    saved = _save(model, tok, out, meta)
+    record_cost("model_build", f"tiny-{cfg.key()} ({cfg.steps} steps)", time.monotonic() - t0)
+    return saved

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from sdk.infra import cli_fail, print_table
 
+from . import _defaults as D
 from ._canary_cli import canary_app, console
 
 app = typer.Typer(help="Post-train the served model: the retrain job, its history, the scheduler, eval suites, "
@@ -35,7 +36,8 @@ _STRATEGY = typer.Option(None, "--strategy", help="With --nproc > 1: ddp (a repl
 @app.command("build-base")
 def build_base(
     seed: int = typer.Option(0, help="Seed for tasks, miscopies, init and batch order."),
-    steps: int = typer.Option(800, help="Optimizer steps."),
+    steps: int = typer.Option(D.BASE_MODEL_STEPS, help="Optimizer steps (the default builds the model `looplift up` "
+                                                          "and `looplift demo` use)."),
     force: bool = typer.Option(False, help="Rebuild even if cached."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: cached under $LOOPLIFT_HOME/models)."),
 ) -> None:

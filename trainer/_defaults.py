@@ -97,3 +97,7 @@ GRPO_DUAL_CLIP = 3.0
 #: (the policy that produced the pairs), which is also the reference; "base" trains a fresh adapter with the
 #: base model as reference. A serving version without an adapter (the base itself) is "base" either way.
 DPO_REFERENCE = "serving"
+
+#: Optimizer steps of the tiny base model `looplift up` / `looplift demo` build (`BaseModelConfig.steps`); also the
+#: default of `trainer build-base`, which must build that same model (the cache key includes the steps).
+BASE_MODEL_STEPS = 1_000

@@ -63,7 +63,7 @@ from transformers import (
 )
 
 from envs import demonstration, training_tasks
-from sdk.infra import atomic_dir
+from sdk.infra import atomic_dir, record_cost
 
 from . import _chat_templates as templates
 from ._base_model import BaseModelConfig
@@ -420,4 +420,5 @@ def build_family_model(family: str, out_dir: Path, *, size: str = "tiny", steps:
             "seed": seed, "steps": steps, "final_loss": loss, "parameters": sum(p.numel() for p in model.parameters()),
             "seconds": round(time.monotonic() - t0, 1)}
     _write(model, tok, fam, out, meta)
+    record_cost("model_build", f"{fam.name}-{size} ({steps} steps)", time.monotonic() - t0)
     return out
