@@ -37,14 +37,18 @@ up: install
 COV_FLOOR := 75
 COV := --cov=sdk --cov=server --cov=collector --cov=trainer --cov=sandboxes --cov=envs --cov=looplift --cov-report=term \
        --cov-fail-under=$(COV_FLOOR)
+# Two pytest-xdist workers, a test module each at a time (`--dist loadfile`: a module's fixtures stay in one
+# process): measured faster than one process on this 2-core machine (docs/contributing.md). Every worker has its
+# own session (LOOPLIFT_HOME, session vLLM); what the run started is counted across both (tests/_cost.py).
+XDIST := -n 2 --dist loadfile
 test: lint
-	$(PY) -m pytest -q -rs --durations=30 $(COV)
+	$(PY) -m pytest -q -rs $(XDIST) --durations=30 $(COV)
 
 # Unit tests only, minutes not a quarter hour: no Docker, vLLM, Postgres, Chromium, model builds or slow tests
 # (the markers: tests/_resources.py). No lint, no coverage.
 RESOURCES := docker or image3d or vllm or postgres or chromium or model_build or slow
 test-fast: install
-	$(PY) -m pytest -q -rs -m "not ($(RESOURCES))"
+	$(PY) -m pytest -q -rs $(XDIST) -m "not ($(RESOURCES))"
 
 lint: install
 	$(VENV)/bin/ruff check sdk server collector trainer sandboxes envs looplift tests bench scripts examples

@@ -154,14 +154,16 @@ class Home:
         self.env["LOOPLIFT_HOME"] = str(self.path)
         self.marker = f"LOOPLIFT_HOME={self.path}"
 
-    def seed_models(self, model: Optional[Path]) -> str:
-        """Put a base model in the home's cache (`model`, else one a test session built, else built here);
-        returns how."""
+    def seed_models(self, model: Optional[Path], name_model: Optional[Path] = None) -> str:
+        """Put a base model in the home's cache (`model`, else one a test session built, else built here) and the
+        anonymizer's name model (`name_model`, else one a test session trained, else the collector trains it);
+        returns how the base model got there."""
         from trainer import base_model_dir
 
         with _env("LOOPLIFT_HOME", str(self.path)):
             target = base_model_dir()
-        for names in sorted(glob("/tmp/pytest-of-*/*/looplift_home/models/anonymizer-names-*"), key=os.path.getmtime):
+        names_found = glob("/tmp/pytest-of-*/*/looplift_home/models/anonymizer-names-*")
+        for names in [str(name_model)] if name_model else sorted(names_found, key=os.path.getmtime):
             if (Path(names) / "model.json").is_file():
                 shutil.copytree(names, self.path / "models" / Path(names).name, dirs_exist_ok=True)
         found = sorted(glob("/tmp/pytest-of-*/*/looplift_base_model*/model/config.json"), key=os.path.getmtime)
@@ -872,7 +874,7 @@ class Soak:
     def run(self) -> dict[str, Any]:
         a = self.args
         say(f"home {self.home.path} ({'tmpfs' if self.home.mounted else 'plain dir: ' + self.home.why_no_tmpfs})")
-        how = self.home.seed_models(a.base_model)
+        how = self.home.seed_models(a.base_model, a.name_model)
         say(f"base model {how}")
         plain, canary = self.write_configs()
         self.stack.start()
@@ -1059,6 +1061,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--disk-full-s", type=float, default=8.0, help="how long the disk stays full")
     p.add_argument("--tmpfs-mb", type=int, default=1024, help="size of the home's tmpfs")
     p.add_argument("--disk-bound-mb", type=int, default=512, help="the home must end below this size")
+    p.add_argument("--name-model", type=Path, help="the anonymizer's trained name model directory to copy into the "
+                                                  "home (default: one a test session trained, else trained at start)")
     p.add_argument("--base-model", type=Path, help="the embedded default base model to copy into the home's cache "
                                                      "(default: one a test session built, else `trainer build-base`)")
     p.add_argument("--keep-home", action="store_true", help="keep the home (logs, db) for a post-mortem")

@@ -34,17 +34,27 @@ def pytest_configure(config: pytest.Config) -> None:
     home = factory.mktemp("looplift_home", numbered=False) if factory else Path(tempfile.mkdtemp(prefix="looplift-home-"))
     config.stash[_HOME] = os.environ.get("LOOPLIFT_HOME")
     os.environ["LOOPLIFT_HOME"] = str(home)
-    # The cost ledger: every process of the run (children inherit the variable) appends what it started.
+    # The cost ledger: every process of the run (children inherit the variable) appends what it started. Under
+    # pytest-xdist the controller makes it and its workers (which inherit the variable) write to it; only the
+    # controller reads it at the end.
+    if _xdist_worker():
+        return
     ledger = home.parent / "cost.jsonl"
     ledger.unlink(missing_ok=True)
     config.stash[_LEDGER] = ledger
     os.environ[COST_LOG_ENV] = str(ledger)
 
 
+def _xdist_worker() -> bool:
+    """True in a pytest-xdist worker (`make test` runs two): it uses the controller's ledger."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER")) and bool(os.environ.get(COST_LOG_ENV))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _HOME not in config.stash:
         return
-    os.environ.pop(COST_LOG_ENV, None)
+    if _LEDGER in config.stash:
+        os.environ.pop(COST_LOG_ENV, None)
     before = config.stash[_HOME]
     if before is None:
         os.environ.pop("LOOPLIFT_HOME", None)

@@ -352,11 +352,10 @@ def _health(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An untrained tiny model in the layout of the base-model cache (what `up` serves does not matter here)."""
-    from trainer import write_untrained
-
-    return write_untrained(tmp_path_factory.mktemp("lifetimes-model") / "model", seed=0)
+def tiny_model(looplift_model_dir: Path) -> Path:
+    """The session's untrained tiny model, copied into a home's base-model cache by `_home` (what `up` serves does not
+    matter here)."""
+    return looplift_model_dir
 
 
 def _home(tmp_path: Path, model: Path | None, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -59,13 +59,13 @@ def test_the_plan_never_puts_one_kind_twice_in_a_cycle() -> None:
 
 
 def test_soak_ci_variant_keeps_every_invariant(looplift_base_model: Path, name_model_dir: Path, tmp_path: Path) -> None:
-    # name_model_dir: trained in the session's home first, where the soak finds it (its collector then loads it).
     out = tmp_path / "soak.json"
     # A SIGKILL of `looplift up` while the app's traffic is captured (the operator restarts it), of the trainer
     # mid-train, and a full disk: three kinds that land in every run whatever the gate decides.
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), "--cycles", "2", "--faults", "3", "--seed", "0",
                         "--kinds", "collector_kill_ingest,trainer_kill_train,disk_full", "--minutes", "4",
-                        "--base-model", str(looplift_base_model), "--json-out", str(out)],
+                        "--base-model", str(looplift_base_model), "--name-model", str(name_model_dir),
+                        "--json-out", str(out)],
                        capture_output=True, text=True, timeout=900)
     assert out.exists(), (p.stdout[-4000:], p.stderr[-4000:])
     result = json.loads(out.read_text())

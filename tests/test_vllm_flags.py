@@ -328,3 +328,17 @@ def test_example_serve_commands_are_ones_vllm_accepts(example: str, argv: list[s
     # Catches: an example telling the user to pass a flag or tool-call parser the vLLM they install does not have.
     args = accepted(vllm_cli, argv)
     assert args["tool_call_parser"] in vllm_cli.tool_parsers and args["enable_auto_tool_choice"] is True
+
+
+def test_the_supervisor_samples_with_vllm_defaults_and_raw_logprobs(tmp_path: Path, vllm_cli: VLLMCli) -> None:
+    # Catches: the supervisor dropping --generation-config vllm (the model's generation_config.json would then set
+    # temperature/top_p for requests that leave them out) and an installed vLLM whose default logprobs mode is not
+    # raw_logprobs: vLLM 0.32 returns the model's own logprobs, before temperature and top-k/top-p, which is what
+    # GRPO's behaviour logprobs must be (trainer/_rollouts).
+    d = model_dir(tmp_path, "m", template="<tool_call>{{ tools }}</tool_call>")
+    argv, _ = build_command(VLLMConfig(model_dir=d, tool_call_parser="hermes"), 1234, on_gpu=False)
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    args = accepted(vllm_cli, argv[3:])
+    assert {k: args[k] for k in ("generation_config", "logprobs_mode", "tool_call_parser", "enable_lora")} == {
+        "generation_config": "vllm", "logprobs_mode": "raw_logprobs", "tool_call_parser": "hermes",
+        "enable_lora": True}
