@@ -38,9 +38,10 @@ COV_FLOOR := 75
 COV := --cov=sdk --cov=server --cov=collector --cov=trainer --cov=sandboxes --cov=envs --cov=looplift --cov-report=term \
        --cov-fail-under=$(COV_FLOOR)
 # Two pytest-xdist workers, a test module each at a time (`--dist loadfile`: a module's fixtures stay in one
-# process): measured faster than one process on this 2-core machine (docs/contributing.md). Every worker has its
-# own session (LOOPLIFT_HOME, session vLLM); what the run started is counted across both (tests/_cost.py).
-XDIST := -n 2 --dist loadfile
+# process), in the order conftest gives (the longest modules first, `--no-loadscope-reorder`): measured faster than
+# one process on this 2-core machine (docs/contributing.md). Every worker has its own session (LOOPLIFT_HOME,
+# session vLLM); what the run started is counted across both (tests/_cost.py).
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
 test: lint
 	$(PY) -m pytest -q -rs $(XDIST) --durations=30 $(COV)
 

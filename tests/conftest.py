@@ -93,10 +93,31 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"OVER BUDGET: {line}", red=True, bold=True)
 
 
+#: The modules that took longest in a measured run (docs/contributing.md), longest first. `make test` hands whole
+#: modules to its two workers in item order (`--dist loadfile --no-loadscope-reorder`), so the long ones go first and
+#: the short ones fill the gaps at the end, instead of one long module running alone after the rest.
+LONGEST_FIRST = ("test_e2e.py", "test_families_stack.py", "test_soak.py", "test_lifetimes.py", "test_bluegreen.py",
+                 "test_replicas.py")
+_COSTLY = ("vllm", "docker", "image3d", "model_build")
+
+
+def _order_modules(items: list[pytest.Item]) -> None:
+    """Order the modules for the workers: LONGEST_FIRST, then modules that start a costly resource, then slow ones,
+    then the rest; a module's tests keep their order (a stable sort on the module's rank)."""
+    rank: dict[str, tuple[int, int]] = {}
+    for item in items:
+        name = item.path.name
+        marks = {m.name for m in item.iter_markers()}
+        cls = 1 if marks & set(_COSTLY) else 2 if "slow" in marks else 3
+        first = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        rank[name] = min(rank.get(name, (9, 9)), (0 if first < len(LONGEST_FIRST) else cls, first))
+    items.sort(key=lambda item: rank[item.path.name])
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the markers added here count for it
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test whose fixture closure holds a `@needs(...)` fixture gets that fixture's markers; `image3d`
-    implies `docker`."""
+    implies `docker`. Then the modules are put in the order the workers should take them (`_order_modules`)."""
     for item in items:
         info = getattr(item, "_fixtureinfo", None)  # pytest's own record of the fixtures the test resolves to
         names = set()
@@ -109,6 +130,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in sorted(names):
             if item.get_closest_marker(name) is None:
                 item.add_marker(name)
+    _order_modules(items)
 
 
 @pytest.hookimpl(tryfirst=True)  # before any fixture starts the resource
