@@ -12,7 +12,8 @@ driver tuning beyond `pool_pre_ping` on Postgres.
 from __future__ import annotations
 
 import errno
-
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +98,8 @@ def make_engine(db_url: str) -> Engine:
         # over (the SQLAlchemy-documented recipe) so migrations and batches are atomic.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")  # readers (export, stats) never block ingest
         cur.execute(f"PRAGMA busy_timeout={_defaults.SQLITE_BUSY_TIMEOUT_MS}")
+        _wal(cur)  # readers (export, stats) never block ingest
         cur.execute("PRAGMA synchronous=NORMAL")  # durable across app crashes in WAL mode
         cur.close()
 
@@ -112,3 +113,21 @@ def make_engine(db_url: str) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _wal(cur: Any) -> None:
+    """Switch the database to WAL, retrying while another process holds the lock, up to the busy timeout.
+
+    The switch needs an exclusive lock, and SQLite answers "database is locked" at once, without calling the busy
+    handler, when waiting could deadlock (several processes switching a fresh database together: `collector serve
+    --workers N` starting up; seen once in 12 starts of 4 workers on a loaded machine). Once the file is in WAL mode
+    the pragma takes no lock, so only the first connections ever wait here."""
+    deadline = time.monotonic() + _defaults.SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
