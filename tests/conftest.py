@@ -93,11 +93,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"OVER BUDGET: {line}", red=True, bold=True)
 
 
-#: The modules that took longest in a measured run (docs/contributing.md), longest first. `make test` hands whole
-#: modules to its two workers in item order (`--dist loadfile --no-loadscope-reorder`), so the long ones go first and
-#: the short ones fill the gaps at the end, instead of one long module running alone after the rest.
-LONGEST_FIRST = ("test_e2e.py", "test_families_stack.py", "test_soak.py", "test_lifetimes.py", "test_bluegreen.py",
-                 "test_replicas.py")
+#: The modules that took longest in a measured run (docs/contributing.md), about longest first. `make test` hands
+#: whole modules to its two workers in item order (`--dist loadfile --no-loadscope-reorder`, two modules each to
+#: start with), so the long ones go first and the short ones fill the gaps at the end, instead of one long module
+#: running alone after the rest. The modules that need the default model's build (e2e, lifetimes, soak: ~4 minutes,
+#: once, the other worker waits on its lock) are not among the first four, except the one that builds it.
+LONGEST_FIRST = ("test_e2e.py", "test_families_stack.py", "test_bluegreen.py", "test_replicas.py",
+                 "test_lifetimes.py", "test_soak.py")
 _COSTLY = ("vllm", "docker", "image3d", "model_build")
 
 
