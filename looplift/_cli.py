@@ -16,6 +16,7 @@ import json
 import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -440,9 +441,10 @@ def demo(
         cli_fail(f"--algo must be sft or online-grpo, not {algo!r} (DPO trains from feedback: "
                  "`trainer run --algo dpo`)", 2)
     try:
-        from ._demo import DemoConfig, run_demo
+        from ._demo import DemoConfig, read_partial, run_demo
     except ImportError as e:
         cli_fail(f"`looplift demo` needs the whole stack ({e}); install it with `pip install 'looplift[cpu]'`", 2)
+    started = time.time()  # the JSON a signal finds in --json-out is this run's only if written after this
     try:
         if episodes is None:
             episodes = 1024 if algo == "online-grpo" else 256
@@ -451,6 +453,10 @@ def demo(
                                      chart_out=chart, sandbox_backend=sandbox, unsafe=unsafe, seed=seed,
                                      algo=algo), console=console)
     except Shutdown as s:
+        partial = read_partial(json_out, started)
+        if partial is not None:  # what the demo finished before the signal, as it wrote it
+            print_table(Console(), demo_table(partial))
+            console.print(f"wrote {json_out} with the {len(partial['cycles'])} cycle(s) done (\"finished\": false)")
         cli_fail(f"interrupted by {s}; everything the demo started has exited", 128 + s.signum)
     except Exception as e:
         if not _known(e):

@@ -189,28 +189,53 @@ def run_demo(config: DemoConfig, *, console: Any = None) -> dict[str, Any]:
         first_pool = make_pool(backend, size=4)
     except EngineUnavailableError as e:
         raise EngineUnavailableError(f"{e}; the demo never falls back to the local backend: {HOST_FIX}") from e
+    loop: Optional[_Loop] = None
+
+    def result(finished: bool) -> dict[str, Any]:
+        records = loop.records if loop else []
+        return {
+            "algo": config.algo,
+            "finished": finished,
+            "cycles": [r.__dict__ for r in records],
+            "swap_requests": loop.canary_sent if loop else 0,
+            "swap_failed_requests": loop.canary_failed if loop else 0,
+            "sandbox_backend": backend,
+            "base_model": str(model_dir),
+            "total_seconds": round(time.monotonic() - t_start, 1),
+            "state_dir": str(state),
+            "json_out": str(config.json_out),
+        }
+
     with first_pool as pool, Stack(stack_config) as stack, \
             sdk.CollectorClient(stack.collector.url, spool_dir=state / "spool") as client:
         con.print(f"gateway {stack.gateway.url}  collector {stack.collector.url}  state {state}")
-        loop = _Loop(config, progress, stack.gateway.url, admin_token, db_url, model_dir, state, pool, client)
+        # Each finished cycle is written at once (`"finished": false` until the last): a demo stopped by a signal or
+        # an error keeps the cycles it completed, and `looplift demo` prints them on the way out.
+        loop = _Loop(config, progress, stack.gateway.url, admin_token, db_url, model_dir, state, pool, client,
+                     on_cycle=lambda: _write(config, result(finished=False)))
         with progress:
             loop.run()
         if config.before_stop is not None:
             config.before_stop({"gateway": stack.gateway.url, "collector": stack.collector.url,
                                 "admin_token": admin_token, "state": str(state)})
-    result = {
-        "algo": config.algo,
-        "cycles": [r.__dict__ for r in loop.records],
-        "swap_requests": loop.canary_sent,
-        "swap_failed_requests": loop.canary_failed,
-        "sandbox_backend": backend,
-        "base_model": str(model_dir),
-        "total_seconds": round(time.monotonic() - t_start, 1),
-        "state_dir": str(state),
-        "json_out": str(config.json_out),
-    }
-    _write(config, result)
-    return result
+    final = result(finished=True)
+    _write(config, final)
+    return final
+
+
+def read_partial(json_out: Path, since: float) -> Optional[dict[str, Any]]:
+    """The cycles an unfinished demo started at `since` (`time.time()`) wrote to `json_out`; None when it wrote none
+    (a file from an earlier run, or a finished one, is not its)."""
+    import json
+
+    try:
+        if Path(json_out).stat().st_mtime < since:
+            return None
+        result = json.loads(Path(json_out).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(result, dict) and result.get("finished") is False and isinstance(result.get("cycles"), list)
+    return result if ok and result["cycles"] else None
 
 
 @dataclass
@@ -226,6 +251,8 @@ class _Loop:
     state: Path
     pool: SandboxPool
     client: sdk.CollectorClient
+    on_cycle: Callable[[], None] = lambda: None
+    """Called after each cycle's record is appended (the demo writes its partial result there)."""
     records: list[CycleRecord] = field(default_factory=list)
     canary_sent: int = 0
     canary_failed: int = 0
@@ -245,9 +272,11 @@ class _Loop:
         base = res.report_success()
         self.records.append(CycleRecord(0, self._serving(), res.success if base is None else base, 0, 0, None, False,
                                         round(time.monotonic() - t0, 1)))
+        self.on_cycle()
         online = self._online(suite) if cfg.algo == ONLINE_GRPO else None
         for cycle in range(1, cfg.cycles + 1):
             self.records.append(self._cycle(cycle, suite, online))
+            self.on_cycle()
 
     def _online(self, suite: sdk.EvalSuite) -> OnlineGRPO:
         """GRPO: one learner for the whole run (RL continues its policy; the gate decides what serves), its

@@ -156,3 +156,26 @@ def test_progress_bars_stay_on_when_asked(monkeypatch: pytest.MonkeyPatch) -> No
         assert logging.is_progress_bar_enabled()
     finally:
         logging.disable_progress_bar()
+
+
+def test_an_interrupted_demo_shows_only_its_own_unfinished_cycles(tmp_path: Any) -> None:
+    """`read_partial` (what `looplift demo` prints when a signal stops it) returns the cycles this run wrote. Catches:
+    a file left by an earlier run (older than the start) shown as this run's, a finished result taken for a partial
+    one, a partial with no cycle shown, a half-written file raising."""
+    import json
+    import os
+    import time
+
+    from looplift._demo import read_partial
+
+    out = tmp_path / "demo.json"
+    started = time.time()
+    assert read_partial(out, started) is None  # nothing written
+    out.write_text(json.dumps({**_result(), "finished": False}))
+    assert read_partial(out, started) == {**_result(), "finished": False}
+    os.utime(out, (started - 60, started - 60))
+    assert read_partial(out, started) is None  # an earlier run's file
+    for body in (json.dumps({**_result(), "finished": True}), json.dumps({**_result(), "cycles": [], "finished": False}),
+                 '{"cycles": [', json.dumps([1, 2])):
+        out.write_text(body)
+        assert read_partial(out, started) is None, body

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from _procs import Run, candidate_loaded
+
 from sandboxes import detect_backend
 from sdk.infra import env_without_config
 
@@ -43,16 +45,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_demo_closes_the_loop(home: Path, tmp_path: Path) -> None:
+def _cycles_written(out: Path) -> int:
+    try:
+        return len(json.loads(out.read_text())["cycles"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def test_demo_closes_the_loop_and_a_sigterm_mid_swap_leaves_nothing(home: Path, tmp_path: Path) -> None:
+    """The whole product once: the demo's base eval and a cycle of learning from its own verified work, gated and
+    hot-swapped under traffic; then SIGTERM while the second cycle's candidate is being swapped in. The demo writes
+    each finished cycle at once, prints them on the way out, and leaves no process, container or listener."""
     out = tmp_path / "demo.json"
-    proc = subprocess.run(
-        [str(BIN / "looplift"), "demo", "--cycles", "1", "--episodes", "128", "--held-out", "60",
-         "--json-out", str(out)],
-        env=_env(home), cwd=tmp_path, capture_output=True, text=True, timeout=1500,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run = Run(["demo", "--cycles", "2", "--episodes", "128", "--held-out", "60", "--json-out", str(out)], home)
+    run.wait_for(lambda: _cycles_written(out) >= 2, "cycle 1's record in --json-out", timeout=1500)
     result = json.loads(out.read_text())
     c0, c1 = result["cycles"]
+    assert result["finished"] is False
     assert c0["cycle"] == 0 and c0["version"] == "policy-v0" and c0["episodes"] == 0
     assert c1["episodes"] == 128 and c1["exported"] > 0 and c1["train_loss"] is not None
     # The headline: one cycle of learning from its own verified work lifts held-out success far above the
@@ -62,10 +71,20 @@ def test_demo_closes_the_loop(home: Path, tmp_path: Path) -> None:
     assert c0["held_out_success"] <= 0.5, c0
     assert c1["promoted"] and c1["version"] == "policy-v1", c1
     assert c1["held_out_success"] >= c0["held_out_success"] + 0.30, (c0, c1)
-    assert result["swap_failed_requests"] == 0
+    assert result["swap_failed_requests"] == 0 and result["swap_requests"] > 0
     assert result["sandbox_backend"] == detect_backend()
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "held-out success per cycle" in proc.stdout + proc.stderr
+    # Cycle 2: its candidate loaded beside policy-v1, the gate under way; SIGTERM, as `kill PID` sends it.
+    run.wait_for(lambda: candidate_loaded(home, "policy-v2"), "cycle 2's candidate", timeout=900)
+    ports = [int(w.rsplit(":", 1)[1]) for w in run.output().split() if w.startswith("http://127.0.0.1:")]
+    vllm_port = run.vllm_port()
+    assert vllm_port is not None and len(ports) == 2  # gateway and collector
+    run.kill(signal.SIGTERM)
+    run.assert_nothing_left([*ports, vllm_port])
+    said = run.output()
+    assert run.code == 128 + signal.SIGTERM and "interrupted by SIGTERM" in said, said[-2000:]
+    assert "held-out success per cycle" in said and "cycle(s) done" in said, said[-2000:]  # what it finished
+    assert json.loads(out.read_text())["cycles"] == result["cycles"]  # kept, nothing half-written
 
 
 def test_up_serves_the_example_and_the_collector(home: Path) -> None:

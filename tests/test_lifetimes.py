@@ -4,67 +4,40 @@ First `sdk.infra.spawn_tied` / `die_with_parent` with small Python children (fas
 child or grandchild, `stop()` escalates to SIGKILL, a child started from a worker thread outlives the thread,
 exit statuses come through. Then the components that start processes: Docker sandboxes of a SIGKILLed owner,
 `collector serve --workers`. Then (slow, real vLLM) `looplift up` and `looplift demo` as a user runs them,
-killed with SIGTERM or SIGKILL during the base-model build, during vLLM's start, while serving and in the
-middle of a swap; after each kill no process that carries the run's LOOPLIFT_HOME, no container of the
+killed with SIGTERM or SIGKILL during the base-model build and during vLLM's start (SIGTERM in the middle of a
+swap is the end of test_e2e's demo); after each kill no process that carries the run's LOOPLIFT_HOME, no container of the
 killed owner and no listener on its ports may remain (a bounded wait: vLLM gets its grace period).
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from sdk.infra import env_without_config, spawn_tied
+from _procs import GONE_WITHIN_S, Run
+from _procs import alive as _alive
+from _procs import children as _children
+from _procs import env as _env
+from _procs import free_port as _free_port
+from _procs import listening as _listening
+from _procs import owned_containers as _owned_containers
+from _procs import settles as _wait_until
+
+from sdk.infra import spawn_tied
 
 ROOT = Path(__file__).resolve().parents[1]
-#: How long a killed parent's processes may take to go (vLLM's grace period is 10 s, then SIGKILL).
-GONE_WITHIN_S = 30.0
 
 
 # ---- helpers -------------------------------------------------------------------------------------------
-def _stat(pid: int | str) -> list[str]:
-    """Fields 3.. of /proc/PID/stat (state, ppid, pgrp, session, ...); [] when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _alive(pid: int) -> bool:
-    """A process that runs: not gone, not a zombie waiting to be reaped."""
-    st = _stat(pid)
-    return bool(st) and st[0] != "Z"
-
-
-def _wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
-
-
 def _python(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = env_without_config()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env.update(extra)
-    return env
 
 
 #: A child that ignores SIGTERM, forks a grandchild that does too, writes both pids, then sleeps.
@@ -177,36 +150,6 @@ def test_die_with_parent_ends_a_child_the_parent_did_not_tie() -> None:
 
 
 # ---- components that start processes --------------------------------------------------------------------
-def _owned_containers(owner_pid: int) -> list[str]:
-    """Names of the sandbox containers (running or stopped) whose owner label names `owner_pid` on this host."""
-    import docker
-
-    prefix = f"{socket.gethostname()}:{owner_pid}:"
-    client = docker.from_env()
-    try:
-        found = client.api.containers(all=True, filters={"label": "looplift.owner"})
-    finally:
-        client.close()
-    return [c["Names"][0] for c in found if (c.get("Labels") or {}).get("looplift.owner", "").startswith(prefix)]
-
-
-def _listening(port: int) -> bool:
-    """Whether something listens on 127.0.0.1:`port` (a bind with SO_REUSEADDR fails only then)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.docker
 def test_sigkill_of_a_sandbox_owner_removes_its_containers() -> None:
     owner = subprocess.Popen(_python("""
@@ -249,99 +192,7 @@ def test_collector_workers_die_with_a_sigkilled_supervisor(tmp_path: Path, seede
     assert _wait_until(lambda: not _listening(port), GONE_WITHIN_S)
 
 
-def _children(pid: int) -> list[int]:
-    """Live processes whose parent is `pid`."""
-    return [int(p) for p in filter(str.isdigit, os.listdir("/proc")) if (st := _stat(p)) and st[0] != "Z"
-            and int(st[1]) == pid]
-
-
 # ---- `looplift up` / `looplift demo`, killed as a user would (slow: real vLLM) ------------------------------
-def _environ_has(pid: str, marker: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return marker in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-class Run:
-    """One `looplift ...` process with its own LOOPLIFT_HOME, in its own session, output to a file.
-
-    `ours()` finds what it started even after the kill has orphaned it: every process that carries the run's
-    LOOPLIFT_HOME in its environment (the run, guardians, vLLM's API server, the sandbox reaper), and every
-    process in a session one of those leads. The second part is for vLLM's `VLLM::EngineCore` and
-    `VLLM::Worker`: setproctitle writes their title over the environment, so only their session shows them."""
-
-    def __init__(self, args: list[str], home: Path) -> None:
-        self.home = home
-        self.log = home / "run.log"
-        self._marker = f"LOOPLIFT_HOME={home}".encode()
-        self._sessions: set[str] = set()
-        with self.log.open("w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "looplift", *args], cwd=home,
-                                         env=_env(LOOPLIFT_HOME=str(home)), stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, cond: Callable[[], bool], what: str, timeout: float = 600) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            assert self.proc.poll() is None, f"exited ({self.proc.returncode}) before {what}:\n{self.output()[-3000:]}"
-            assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s:\n{self.output()[-3000:]}"
-            time.sleep(0.2)
-
-    def ours(self) -> list[str]:
-        """`pid cmdline` of every live process of this run (the run itself included, until it is reaped)."""
-        stats = {p: _stat(p) for p in filter(str.isdigit, os.listdir("/proc"))}
-        for p, st in stats.items():
-            if st and st[3] == p and _environ_has(p, self._marker):  # a session leader of ours
-                self._sessions.add(p)
-        return [f"{p} {_cmdline(int(p))[:120]}" for p, st in stats.items()
-                if st and st[0] != "Z" and (st[3] in self._sessions or _environ_has(p, self._marker))]
-
-    def engine_core_running(self) -> bool:
-        return any("VLLM::EngineCore" in line for line in self.ours())
-
-    def vllm_port(self) -> int | None:
-        for log in [self.home / "logs" / "vllm.log", *self.home.glob("demo/*/vllm.log")]:
-            if log.exists():
-                words = log.read_text(errors="replace").split("\n", 1)[0].split()
-                if "--port" in words:
-                    return int(words[words.index("--port") + 1])
-        return None
-
-    def kill(self, sig: int) -> None:
-        self.ours()  # note the sessions of what runs now
-        self.proc.send_signal(sig)  # the process only, as `kill PID` does: it must stop its children itself
-
-    def assert_nothing_left(self, ports: list[int]) -> None:
-        code = self.proc.wait(120)
-        assert _wait_until(lambda: not self.ours(), GONE_WITHIN_S, step=0.5), self.ours()
-        assert _wait_until(lambda: _owned_containers_or_none(self.proc.pid) in ([], None), GONE_WITHIN_S, step=0.5)
-        busy = [p for p in ports if _listening(p)]
-        assert busy == [], f"still listening: {busy}"
-        assert "Traceback" not in self.output(), self.output()[-3000:]
-        self.code = code
-
-
-def _owned_containers_or_none(pid: int) -> list[str] | None:
-    """Like `_owned_containers`, or None when no Docker engine answers (the run then used local sandboxes)."""
-    try:
-        return _owned_containers(pid)
-    except Exception:  # noqa: BLE001 - no engine, no docker-py: nothing of ours can be there
-        return None
-
-
 def _health(port: int) -> bool:
     import httpx
 
@@ -410,20 +261,6 @@ def test_up_sigterm_during_vllm_start(tiny_model: Path, tmp_path: Path, monkeypa
     assert run.code == 0 and "stopped (SIGTERM)" in run.output(), run.output()[-2000:]
 
 
-def _candidate_loaded(home: Path) -> bool:
-    """The demo's gateway has loaded the first trained adapter (`policy-v1`): the swap is under way."""
-    import json
-
-    for reg in home.glob("demo/*/server/registry.json"):
-        try:
-            versions = json.loads(reg.read_text())["versions"]
-        except (OSError, ValueError, KeyError):
-            continue
-        if any(v["name"] == "policy-v1" for v in versions):
-            return True
-    return False
-
-
 DEMO_ARGS = ["demo", "--cycles", "1", "--episodes", "48", "--held-out", "10", "--json-out", "demo.json"]
 
 
@@ -436,21 +273,6 @@ def test_demo_sigkill_during_vllm_start(tiny_model: Path, tmp_path: Path, monkey
     assert vllm_port is not None
     run.kill(signal.SIGKILL)
     run.assert_nothing_left([vllm_port])  # and the sandbox pool's containers
-
-
-@pytest.mark.slow
-@pytest.mark.vllm
-def test_demo_sigterm_mid_swap(looplift_home_with_base_model: Callable[[Path], Path], tmp_path: Path) -> None:
-    # The real base model: the demo's rollouts must solve tasks for the trainer to make a candidate.
-    home = looplift_home_with_base_model(tmp_path / "home")
-    run = Run(DEMO_ARGS, home)
-    run.wait_for(lambda: _candidate_loaded(home), "a loaded candidate", timeout=900)
-    ports = [int(w.rsplit(":", 1)[1]) for w in run.output().split() if w.startswith("http://127.0.0.1:")]
-    vllm_port = run.vllm_port()
-    assert vllm_port is not None and len(ports) == 2  # gateway and collector
-    run.kill(signal.SIGTERM)
-    run.assert_nothing_left([*ports, vllm_port])
-    assert run.code == 128 + signal.SIGTERM and "interrupted by SIGTERM" in run.output(), run.output()[-2000:]
 
 
 # ---- failures print one line -----------------------------------------------------------------------------
