@@ -39,12 +39,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=200, help="held-out reports to build and run (max 200)")
     ap.add_argument("--home", type=Path, default=None, help="cache directory (default: a fresh temporary one)")
+    ap.add_argument("--level", type=int, default=3, choices=(1, 2, 3),
+                    help="1: the income statement alone, 3-6 fields; 2: statements and restatement note, 8-12 "
+                         "fields; 3: the whole report (default)")
     ap.add_argument("--json-out", type=Path, default=None)
     args = ap.parse_args()
     console = Console(width=110)
     home = args.home or Path(tempfile.mkdtemp(prefix="looplift-extraction-bench-"))
     try:
-        result = _run(args.n, home, console)
+        result = _run(args.n, home, console, args.level)
     finally:
         if args.home is None:
             shutil.rmtree(home, ignore_errors=True)
@@ -53,29 +56,29 @@ def main() -> None:
         console.print(f"wrote {args.json_out}")
 
 
-def _run(n: int, home: Path, console: Console) -> dict[str, object]:
+def _run(n: int, home: Path, console: Console, level: int = 3) -> dict[str, object]:
     seeds = held_out_seeds(n)
     per_report, pages, pdf_bytes = [], [], []
     with console.status(f"building {n} reports") as status:
         for i, seed in enumerate(seeds):
             t0 = time.perf_counter()
-            out = build(seed, home)
+            out = build(seed, home, level)
             per_report.append(time.perf_counter() - t0)
             pages.append(len(json.loads((out / "index.json").read_text())["pages"]))
             pdf_bytes.append((out / "report.pdf").stat().st_size)
             status.update(f"building reports: {i + 1}/{n}")
-    reports = [report(s) for s in seeds]
+    reports = [report(s, level) for s in seeds]
     fields = [len(r.specs) for r in reports]
     relations = [len(r.relations) for r in reports]
     cross = [sum(rel.cross_section for rel in r.relations) for r in reports]
-    sizes = {"reports": n, "pages_min": min(pages), "pages_mean": round(statistics.mean(pages), 2),
+    sizes = {"level": level, "reports": n, "pages_min": min(pages), "pages_mean": round(statistics.mean(pages), 2),
              "pages_max": max(pages), "fields_min": min(fields), "fields_max": max(fields),
              "relations": min(relations), "cross_section_relations": min(cross),
              "restated": sum(r.restated for r in reports), "pdf_kb_mean": round(statistics.mean(pdf_bytes) / 1024, 1)}
     gen = {"s_per_report_mean": round(statistics.mean(per_report), 3),
            "s_per_report_p50": round(statistics.median(per_report), 3),
            "s_per_report_max": round(max(per_report), 3), "total_s": round(sum(per_report), 1)}
-    fam = family(home)
+    fam = family(home, level)
     tasks = fam.tasks("held_out", n, 0)
     rows = {}
     for name in ["oracle", "noop"] + fam.cheats():
@@ -88,7 +91,7 @@ def _run(n: int, home: Path, console: Console) -> dict[str, object]:
                       "mean_reward": round(sum(o.reward for o in out) / len(trajs), 4),
                       "episodes_per_s": round(len(trajs) / wall, 1),
                       "errors": sum(1 for o in out if o.error) + sum(1 for t in trajs if t.end_reason.endswith("error"))}
-    t = Table(title=f"extraction, held-out split ({n} reports)")
+    t = Table(title=f"extraction level {level}, held-out split ({n} reports)")
     for col in ("policy", "episodes", "success_rate", "mean_reward", "episodes/s", "errors"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for name, r in rows.items():

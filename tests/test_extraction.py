@@ -439,3 +439,80 @@ async def test_a_model_over_the_openai_wire_reads_corrects_and_succeeds(fam: sdk
     assert tool_msgs[0].content.startswith("[page 6 of ") and "line(s) contain 'total assets'" in tool_msgs[1].content
     assert f"revenue_{y}:" in tool_msgs[2].content and "factor of 1,000 (too large)" in tool_msgs[2].content
     assert t.end_reason == "done" and t.outcome.success and t.outcome.details["submissions"] == 2
+
+
+# -- levels: the same report, printed and asked in part -----------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_level_asks_part_of_the_same_report(level: int) -> None:
+    """Catches: a level that draws other figures than the whole report of its seed, asks a field its document does
+    not print, asks the wrong number of fields, or keeps a relation over a field it does not ask."""
+    for seed in held_out_seeds(12):
+        full, part = report(seed), report(seed, level)
+        keys = [s.key for s in part.specs]
+        assert part.level == level and part.report_id == full.report_id and part.facts == full.facts
+        assert {k: full.truth[k] for k in keys} == dict(part.truth) and set(part.decoys) == set(keys)
+        sections = {s.section for s in part.specs}
+        y = f"_fy{full.fy}"
+        if level == 1:
+            assert 3 <= len(keys) <= 6 and sections == {"income statement"}
+            assert all(s.kind == "money" and s.key.endswith(y) for s in part.specs)
+        else:
+            assert 8 <= len(keys) <= 12 and sections <= {"income statement", "balance sheet"}
+            assert not full.restated or any(k.endswith(f"_fy{full.fy - 1}") for k in keys)  # the restated trap
+        assert all(r.target in keys and all(k in keys for k, _ in r.terms) for r in part.relations)
+        assert set(full.relations) >= set(part.relations)
+    assert report(held_out_seeds(1)[0], 3) == report(held_out_seeds(1)[0])  # the default level is the whole report
+
+
+def test_level_1_is_one_page_with_one_table_and_level_2_a_few(home: Path) -> None:
+    from envs._extraction._store import load_index
+
+    seed = held_out_seeds(1)[0]
+    one, two, whole = (load_index(seed, home, level) for level in (1, 2, 3))
+    assert len(one["pages"]) == 1 and [len(p["tables"]) for p in one["pages"]] == [1]
+    assert 4 <= len(two["pages"]) <= 5 and 10 <= len(whole["pages"]) <= 11
+    assert one["level"] == 1 and "level" not in whole  # the whole report's cache is the one from before the levels
+    assert (cache_root(home) / f"fin-{seed}-l1" / "report.pdf").is_file() and (cache_root(home) / f"fin-{seed}").is_dir()
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_the_policies_at_a_level(home: Path, level: int) -> None:
+    """The oracle solves every level through the tools; nothing else scores, every cheat included. Catches: a level
+    whose document lacks a figure it asks, a verifier that grades fields the level does not ask."""
+    fam = family(home, level)
+    sample = fam.tasks("held_out", SAMPLE, 0)
+    assert all(t.id == f"extraction:l{level}:{t.data['seed']}" and t.data["level"] == level for t in sample)
+    assert fam.budget.max_steps == {1: 8, 2: 16}[level]
+    for name in ["oracle", "noop"] + fam.cheats():
+        trajs = _run(fam, sample, fam.policies[name])
+        assert all(t.outcome is not None and t.outcome.error is None for t in trajs), name
+        success = sum(t.outcome.success for t in trajs) / len(trajs)  # type: ignore[union-attr]
+        assert success == (1.0 if name == "oracle" else 0.0), (name, [t.outcome for t in trajs])
+
+
+def test_a_level_1_answer_off_by_the_statements_scale_is_told_so(home: Path) -> None:
+    """The scale trap at level 1: a figure copied as printed from a statement in millions is 1,000 times too small,
+    and the verifier says so. About half the statements are printed in millions (the rest in thousands)."""
+    from envs._extraction._pdf import _Layout
+
+    in_millions = [s for s in held_out_seeds(40) if _Layout(report(s, 1)).scale["is"] == "millions"]
+    assert 10 <= len(in_millions) <= 30
+    r = report(in_millions[0], 1)
+    key = r.specs[0].key
+    g = grade(r, dict(r.truth) | {key: r.truth[key] / 1000})
+    assert g.correct == len(r.specs) - 1 and any(e.key == key and "1,000" in e.message for e in g.errors)
+
+
+@pytest.mark.parametrize("bad", [0, 4, "1", None])
+def test_an_unknown_level_is_refused_with_the_levels_there_are(bad: object) -> None:
+    with pytest.raises(ValueError, match="one of 1, 2, 3"):
+        family(level=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="one of 1, 2, 3"):
+        tasks("held_out", 1, level=bad)  # type: ignore[arg-type]
+    task = tasks("held_out", 1)[0]
+    with pytest.raises(ValueError, match="level"):
+        from envs._extraction._tasks import report_for
+
+        report_for(task.model_copy(update={"data": task.data | {"level": bad}}))

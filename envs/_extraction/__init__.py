@@ -49,6 +49,13 @@ WHERE THE TOOLS RUN, AND WHY ON THE HOST
     or an answer cannot change a score. Reading PDFs from outside (real filings) would change this:
     pdfminer parsing hostile files belongs in a sandbox, and is not done here.
 
+LEVELS (`family(level=N)`, `tasks(..., level=N)`; `_truth.LEVELS`)
+    The same report of the same seed (figures, layout, tools, verifier, traps), printed and asked in
+    part: 1 = the income statement alone (one page) with 3-6 of its fiscal-year amounts (the trap: its
+    scale); 2 = highlights, income statement, balance sheet and Note 2 (4 pages) with 8-12 fields, a
+    restated prior-year one among them where the report restates; 3 = the whole report (the default).
+    Budgets 8, 16 and 32 turns. Task ids `extraction:l<level>:<seed>` (the whole report: `extraction:<seed>`).
+
 SPLITS AND CACHE
     Held-out: the fixed seeds 10,000,000-10,000,199 (200 reports); training seeds are drawn below
     10,000,000. Reports are built on first use (~0.4 s each, mostly pdfplumber) and cached under
@@ -74,12 +81,15 @@ from ._policies import POLICIES
 from ._store import build, build_all, cache_root
 from ._tasks import HELD_OUT_SIZE, MAX_SUBMISSIONS, held_out_seeds, report, tasks
 from ._tools import TEXT_FORMAT_HINT, TOOL_SPECS
+from ._truth import FULL_LEVEL, LEVELS
 from ._verify import ExtractionVerifier, grade, parse_answer
 
 __all__ = [
     "ExtractionEnv",
     "ExtractionVerifier",
+    "FULL_LEVEL",
     "HELD_OUT_SIZE",
+    "LEVELS",
     "MAX_SUBMISSIONS",
     "POLICIES",
     "TEXT_FORMAT_HINT",

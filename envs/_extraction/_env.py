@@ -54,7 +54,7 @@ class ExtractionEnv:
     def reset(self, task: Task) -> str:
         """Load the task's report (building it on first use) and return the prompt."""
         self._report = report_for(task)
-        self._doc = Document.from_index(load_index(self._report.seed, self._home))
+        self._doc = Document.from_index(load_index(self._report.seed, self._home, self._report.level))
         self._submissions, self._score, self._over = 0, 0.0, False
         return f"{task.prompt}\n\nThe report has {self._doc.n_pages} pages."
 

@@ -299,33 +299,43 @@ def _cash_flow(lay: _Layout) -> list[Any]:
     return _statement(lay, "cf", [lay.corner("cf"), lay.y(r.fy), lay.y(r.prior)], rows, (5, 10, 15, 19))
 
 
+def _note_2(lay: _Layout) -> list[Any]:
+    """The restatement of the prior year (its reconciliation table), or recent standards where nothing is restated."""
+    r, f, L = lay.r, lay.r.facts, lay.labels
+    if not r.restated:
+        return [_p("Note 2 — Recently issued accounting standards", _H2)] + [_p(t) for t in _vocab.STANDARDS]
+    out: list[Any] = [_p("Note 2 — Restatement of prior-year figures", _H2),
+                      _p(f"The consolidated financial statements for fiscal {r.prior} have been restated to reflect "
+                         f"{r.restatement_cause}. The table below shows the effect on the line items affected; all "
+                         f"fiscal {r.prior} figures elsewhere in these statements are shown as restated.")]
+    out += lay.caption("restatement")
+    rows: list[list[Any]] = [["Line item", "As previously reported", "Adjustment", "As restated"]]
+    for k in ("revenue", "oi", "ni"):
+        rep, res = f[f"{k}.reported"], f[f"{k}.prior"]
+        rows.append([L[k], lay.num(rep, "restatement"), lay.num(res - rep, "restatement"), lay.num(res, "restatement")])
+    return out + [_table(rows, [150, 110, 90, 90])]
+
+
+def _heading(lay: _Layout) -> list[Any]:
+    """The first line of a part of the report (levels 1 and 2): whose statements, for which year."""
+    r = lay.r
+    return [_p(f"{r.company} — fiscal year ended {r.fy_end}, {r.fy}", _H2)]
+
+
 def _notes(lay: _Layout) -> list[Any]:
     r, f, L = lay.r, lay.r.facts, lay.labels
     out: list[Any] = [_p("Notes to the consolidated financial statements", _H1),
                       _p("Note 1 — Summary of significant accounting policies", _H2)]
     for title, text in lay.rng.sample(_vocab.POLICIES, lay.rng.randint(3, len(_vocab.POLICIES))):
         out += [_p(title, _H3), _p(text)]
-    if r.restated:
-        out += [_p("Note 2 — Restatement of prior-year figures", _H2),
-                _p(f"The consolidated financial statements for fiscal {r.prior} have been restated to reflect "
-                   f"{r.restatement_cause}. The table below shows the effect on the line items affected; all "
-                   f"fiscal {r.prior} figures elsewhere in these statements are shown as restated.")]
-        out += lay.caption("restatement")
-        rows: list[list[Any]] = [["Line item", "As previously reported", "Adjustment", "As restated"]]
-        for k in ("revenue", "oi", "ni"):
-            rep, res = f[f"{k}.reported"], f[f"{k}.prior"]
-            rows.append([L[k], lay.num(rep, "restatement"), lay.num(res - rep, "restatement"),
-                         lay.num(res, "restatement")])
-        out.append(_table(rows, [150, 110, 90, 90]))
-    else:
-        out += [_p("Note 2 — Recently issued accounting standards", _H2)] + [_p(t) for t in _vocab.STANDARDS]
+    out += _note_2(lay)
     segs = ", ".join(r.segments)
     out += [CondPageBreak(70 * mm), _p("Note 3 — Segment information", _H2),
             _p(f"The Group manages its business in {len(r.segments)} reportable segments: {segs}. Segment "
                "operating income excludes corporate costs, which are not allocated.")]
     out += lay.caption("segments")
     # Long headers wrap inside their cell (a Paragraph), as they would in a typeset report.
-    rows = [["Segment"] + [Paragraph(h, _HEAD_CELL) for h in (
+    rows: list[list[Any]] = [["Segment"] + [Paragraph(h, _HEAD_CELL) for h in (
         f"Revenue {lay.y(r.fy)}", f"Revenue {lay.y(r.prior)}", f"Operating income {lay.y(r.fy)}",
         f"Operating income {lay.y(r.prior)}")]]
     for i, s in enumerate(r.segments):
@@ -377,14 +387,23 @@ def _closing(lay: _Layout) -> list[Any]:
     return out
 
 
+#: What each level prints (`_truth.LEVELS`): the income statement alone; the highlights, statements of income and
+#: financial position and the restatement note; the whole annual report.
+_SECTIONS: dict[int, tuple[Callable[[_Layout], list[Any]], ...]] = {
+    1: (_heading, _income_statement),
+    2: (_heading, _highlights, _income_statement, _balance_sheet, _note_2),
+    3: (_cover, _letter, _highlights, _mdna, _income_statement, _balance_sheet, _cash_flow, _notes, _closing),
+}
+
+
 def render(report: Report) -> bytes:
     """The report as PDF bytes (deterministic for a seed)."""
     lay = _Layout(report)
     story: list[Any] = []
-    sections: tuple[Callable[[_Layout], list[Any]], ...] = (
-        _cover, _letter, _highlights, _mdna, _income_statement, _balance_sheet, _cash_flow, _notes, _closing)
-    for section in sections:
+    for section in _SECTIONS[report.level]:
         story += section(lay)
+    while story and isinstance(story[-1], PageBreak):  # no blank last page
+        story.pop()
     buf = io.BytesIO()
 
     def page_frame(canvas: Any, doc: Any) -> None:

@@ -138,10 +138,26 @@ def _n_tables(page_text: str) -> int:
 
 def _solve(task: Task, pages: dict[int, str], tables: dict[tuple[int, int], str]) -> dict[str, float]:
     keys = _keys(task)
-    fy = int(re.search(r"^revenue_fy(\d{4})$", "\n".join(keys), re.MULTILINE).group(1))  # type: ignore[union-attr]
+    fy = max(int(m.group(1)) for k in keys if (m := re.search(r"_fy(\d{4})$", k)))
     t = _Tables(pages, tables)
-    y, p = f"fy{fy}", f"fy{fy - 1}"
+    y = f"fy{fy}"
     a: dict[str, float] = {}
+    # Every figure the document holds (a level-1 or level-2 report prints some of the tables), then the keys asked.
+    if "is" in t.by_kind:
+        _solve_statements(t, fy, a)
+    if "bs" in t.by_kind:
+        for field, key in (("cash", "cash"), ("receivables", "ar"), ("inventories", "inv"),
+                           ("total_current_assets", "tca"), ("total_assets", "ta"),
+                           ("total_current_liabilities", "tcl"), ("long_term_debt", "ltd"),
+                           ("total_liabilities", "tl"), ("total_equity", "eq")):
+            a[f"{field}_end_{y}"] = t.get("bs", f"bs.{key}", fy)
+    if "segments" in t.by_kind:
+        _solve_notes(t, fy, keys, a)
+    return {k: a[k] for k in keys}
+
+
+def _solve_statements(t: _Tables, fy: int, a: dict[str, float]) -> None:
+    y, p = f"fy{fy}", f"fy{fy - 1}"
     for field, key, absolute in (("revenue", "revenue", False), ("cost_of_revenue", "cor", True),
                                  ("gross_profit", "gp", False), ("rd_expense", "rd", True),
                                  ("sga_expense", "sga", True), ("operating_income", "oi", False),
@@ -153,6 +169,11 @@ def _solve(task: Task, pages: dict[int, str], tables: dict[tuple[int, int], str]
     a[f"diluted_shares_{y}"] = t.get("is", "shares", fy, scaled=False)
     for field, key in (("revenue", "revenue"), ("operating_income", "oi"), ("net_income", "ni")):
         a[f"{field}_{p}"] = t.get("is", key, fy - 1)
+
+
+def _solve_notes(t: _Tables, fy: int, keys: list[str], a: dict[str, float]) -> None:
+    """The whole report's other figures: segments, quarters, cash flow, and the ratios worked out from them."""
+    y, p = f"fy{fy}", f"fy{fy - 1}"
     seg_rows, seg_f = t.by_kind["segments"]
     col = next(j for j, h in enumerate(seg_rows[0]) if h.startswith("Revenue") and str(fy) in h)
     for k in keys:
@@ -164,10 +185,6 @@ def _solve(task: Task, pages: dict[int, str], tables: dict[tuple[int, int], str]
     row = next(r for r in q_rows[1:] if str(fy) in r[0])
     for q in range(1, 5):
         a[f"revenue_q{q}_{y}"] = round(_value(row[q_rows[0].index(f"Q{q}")]) * q_f, 4)
-    for field, key in (("cash", "cash"), ("receivables", "ar"), ("inventories", "inv"),
-                       ("total_current_assets", "tca"), ("total_assets", "ta"), ("total_current_liabilities", "tcl"),
-                       ("long_term_debt", "ltd"), ("total_liabilities", "tl"), ("total_equity", "eq")):
-        a[f"{field}_end_{y}"] = t.get("bs", f"bs.{key}", fy)
     a[f"operating_cash_flow_{y}"] = t.get("cf", "ocf", fy)
     a[f"capex_{y}"] = abs(t.get("cf", "capex", fy))
     a[f"investing_cash_flow_{y}"] = t.get("cf", "icf", fy)
@@ -178,7 +195,6 @@ def _solve(task: Task, pages: dict[int, str], tables: dict[tuple[int, int], str]
     a[f"effective_tax_rate_pct_{y}"] = 100 * a[f"income_tax_{y}"] / a[f"income_before_tax_{y}"]
     a[f"employees_end_{y}"] = round(t.get("other", "emp", fy) * 1000)
     a[f"dividend_per_share_{y}"] = round(t.get("other", "dps", fy) / 100, 4)
-    return {k: a[k] for k in keys}
 
 
 def oracle(task: Task, messages: list[Message]) -> Message | str:

@@ -1,6 +1,7 @@
 """Build each report once: PDF (reportlab), then its text and tables read back by pdfplumber; cached.
 
-Layout under `$LOOPLIFT_HOME/envs/extraction/v<GENERATOR_VERSION>/fin-<seed>/`:
+Layout under `$LOOPLIFT_HOME/envs/extraction/v<GENERATOR_VERSION>/fin-<seed>/` (the whole report; level 1 and 2 in
+`fin-<seed>-l<level>/`):
     report.pdf   the document, byte-identical for a seed
     index.json   per page: the extracted text and tables (what the tools serve)
 A report directory appears whole or not at all (`sdk.infra.atomic_dir`), so two processes building
@@ -24,7 +25,7 @@ from sdk import looplift_home
 from sdk.infra import atomic_dir
 
 from ._tasks import report
-from ._truth import GENERATOR_VERSION
+from ._truth import FULL_LEVEL, GENERATOR_VERSION
 
 INDEX_VERSION = 1
 
@@ -46,36 +47,37 @@ def extract(pdf: bytes) -> dict[str, Any]:
     return {"version": INDEX_VERSION, "pages": pages}
 
 
-def build(seed: int, home: Optional[Path] = None) -> Path:
-    """The directory of report `seed`, built first if it is not cached yet."""
-    out = cache_root(home) / f"fin-{seed}"  # the host's cache: named by seed (the agent never sees this path)
+def build(seed: int, home: Optional[Path] = None, level: int = FULL_LEVEL) -> Path:
+    """The directory of report `seed` at `level`, built first if it is not cached yet."""
+    # The host's cache: named by seed (the agent never sees this path).
+    out = cache_root(home) / (f"fin-{seed}" if level == FULL_LEVEL else f"fin-{seed}-l{level}")
     if (out / "index.json").is_file():
         return out
     from ._pdf import render  # reportlab: imported when a report is built, not when the family loads
 
-    pdf = render(report(seed))
-    index = extract(pdf) | {"seed": seed}
+    pdf = render(report(seed, level))
+    index = extract(pdf) | {"seed": seed} | ({} if level == FULL_LEVEL else {"level": level})
     with atomic_dir(out, replace=False) as tmp:
         (tmp / "report.pdf").write_bytes(pdf)
         (tmp / "index.json").write_text(json.dumps(index, ensure_ascii=False))
     return out
 
 
-def load_index(seed: int, home: Optional[Path] = None) -> dict[str, Any]:
-    """The extracted pages of report `seed` (built on first use)."""
-    data: dict[str, Any] = json.loads((build(seed, home) / "index.json").read_text())
-    if data.get("version") != INDEX_VERSION or data.get("seed") != seed:
-        raise RuntimeError(f"{build(seed, home)} holds another index (version {data.get('version')}); delete it to "
-                           "rebuild")
+def load_index(seed: int, home: Optional[Path] = None, level: int = FULL_LEVEL) -> dict[str, Any]:
+    """The extracted pages of report `seed` at `level` (built on first use)."""
+    where = build(seed, home, level)
+    data: dict[str, Any] = json.loads((where / "index.json").read_text())
+    if data.get("version") != INDEX_VERSION or data.get("seed") != seed or data.get("level", FULL_LEVEL) != level:
+        raise RuntimeError(f"{where} holds another index (version {data.get('version')}); delete it to rebuild")
     return data
 
 
 def build_all(seeds: Iterable[int], home: Optional[Path] = None,
-              progress: Optional[Callable[[int], None]] = None) -> list[Path]:
-    """Build (or find cached) every report of `seeds`; `progress(seed)` after each."""
+              progress: Optional[Callable[[int], None]] = None, level: int = FULL_LEVEL) -> list[Path]:
+    """Build (or find cached) every report of `seeds` at `level`; `progress(seed)` after each."""
     out = []
     for s in seeds:
-        out.append(build(s, home))
+        out.append(build(s, home, level))
         if progress is not None:
             progress(s)
     return out

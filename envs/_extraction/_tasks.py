@@ -27,7 +27,7 @@ from typing import Any, Literal, Optional
 from sdk import Task
 from sdk.infra import ensure_secret
 
-from ._truth import EXAMPLE, GENERATOR_VERSION, Report, generate
+from ._truth import EXAMPLE, FULL_LEVEL, GENERATOR_VERSION, LEVELS, Report, generate
 
 HELD_OUT_BASE = 10_000_000
 HELD_OUT_SIZE = 200
@@ -38,9 +38,9 @@ REPORT_KEY_ENV = "LOOPLIFT_EXTRACTION_KEY"
 REPORT_KEY_FILE = "extraction.key"
 
 @functools.lru_cache(maxsize=512)
-def report(seed: int) -> Report:
-    """The ground truth of report `seed` (cached: the env and the verifier both need it)."""
-    return generate(seed, report_id(seed))
+def report(seed: int, level: int = FULL_LEVEL) -> Report:
+    """The ground truth of report `seed` at `level` (cached: the env and the verifier both need it)."""
+    return generate(seed, report_id(seed), level)
 
 
 def report_id(seed: int) -> str:
@@ -56,7 +56,10 @@ def report_for(task: Task) -> Report:
     seed = task.data.get("seed")
     if not isinstance(seed, int):
         raise ValueError(f"task {task.id!r} is not an extraction task: task.data['seed'] (an int) is missing")
-    return report(seed)
+    level = task.data.get("level", FULL_LEVEL)  # tasks from before the levels are the whole report
+    if level not in LEVELS:
+        raise ValueError(f"task {task.id!r}: task.data['level'] must be one of {LEVELS}, not {level!r}")
+    return report(seed, level)
 
 
 def schema(r: Report) -> dict[str, Any]:
@@ -70,7 +73,7 @@ def prompt(r: Report) -> str:
     fields = "\n".join(f"- {s.key}: {s.description}" for s in r.specs)
     example = json.dumps({s.key: EXAMPLE[s.kind] for s in r.specs[:3]})[:-1] + ", ...}"
     return f"""\
-Extract figures from the annual report of {r.company} for fiscal {r.fy} (report {r.report_id}).
+Extract figures from {_DOCUMENT[r.level]} of {r.company} for fiscal {r.fy} (report {r.report_id}).
 
 Read the report with the tools: read_page(page) returns a page's text and says how many tables it has,
 get_table(page, index) returns one table's cells, search(query) lists the lines that contain a phrase.
@@ -91,12 +94,18 @@ Fields ({len(r.specs)}):
 {fields}"""
 
 
-def make_task(seed: int, split: Literal["train", "held_out"]) -> Task:
-    r = report(seed)
+#: What the prompt calls the document of each level.
+_DOCUMENT = {1: "the income statement", 2: "the financial statements", 3: "the annual report"}
+
+
+def make_task(seed: int, split: Literal["train", "held_out"], level: int = FULL_LEVEL) -> Task:
+    r = report(seed, level)
     example = {s.key: EXAMPLE[s.kind] for s in r.specs}
-    return Task(id=f"extraction:{seed}", prompt=prompt(r),
-                data={"seed": seed, "split": split, "report_id": r.report_id, "generator": GENERATOR_VERSION,
-                      "slice": "restated" if r.restated else "not-restated", "schema": schema(r), "example": example})
+    task_id = f"extraction:{seed}" if level == FULL_LEVEL else f"extraction:l{level}:{seed}"
+    return Task(id=task_id, prompt=prompt(r),
+                data={"seed": seed, "level": level, "split": split, "report_id": r.report_id,
+                      "generator": GENERATOR_VERSION, "slice": "restated" if r.restated else "not-restated",
+                      "schema": schema(r), "example": example})
 
 
 def held_out_seeds(n: Optional[int] = None) -> list[int]:
@@ -117,9 +126,13 @@ def train_seeds(n: Optional[int], seed: int) -> list[int]:
     return list(out)
 
 
-def tasks(split: Literal["train", "held_out"], n: Optional[int] = None, seed: int = 0) -> list[Task]:
-    """`n` tasks of `split` (the held-out split ignores `seed`: it is fixed)."""
+def tasks(split: Literal["train", "held_out"], n: Optional[int] = None, seed: int = 0,
+          level: int = FULL_LEVEL) -> list[Task]:
+    """`n` tasks of `split` at `level` (`LEVELS`; the held-out split ignores `seed`: it is fixed, the same
+    `HELD_OUT_SIZE` reports at every level, never a training report at any)."""
     if split not in ("train", "held_out"):
         raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
+    if level not in LEVELS:
+        raise ValueError(f"extraction level must be one of {', '.join(map(str, LEVELS))}, not {level!r}")
     seeds = held_out_seeds(n) if split == "held_out" else train_seeds(n, seed)
-    return [make_task(s, split) for s in seeds]
+    return [make_task(s, split, level) for s in seeds]

@@ -36,6 +36,13 @@ RelKind = Literal["sum", "ratio_pct", "growth_pct", "per_share"]
 #: Bump when a seed would draw different figures or a different document: it names the cache.
 GENERATOR_VERSION = 1
 
+#: The levels of the task, each drawn from the same report (same seed, same figures, same layout), printed and asked
+#: in part: 1 = the income statement alone (one page) with 3-6 of its fiscal-year figures; 2 = the highlights (prior
+#: year as reported), income statement, balance sheet and restatement note (4-5 pages) with 8-12 fields, a prior-year
+#: one among them where the report restates; 3 = the whole report, every field.
+LEVELS = (1, 2, 3)
+FULL_LEVEL = 3
+
 #: Placeholder value per kind in the published answer example; no field is ever within 3x tolerance of one.
 EXAMPLE: dict[Kind, float] = {"money": 1234.5, "shares": 1234.5, "per_share": 1.23, "percent": 12.3, "count": 1234}
 
@@ -96,6 +103,8 @@ class Report:
 
     report_id: str
     seed: int
+    level: int
+    """Which part of the report is printed and asked (`LEVELS`)."""
     company: str
     currency: str
     symbol: str
@@ -454,8 +463,29 @@ def _distinct(truth: Mapping[str, float], specs: tuple[FieldSpec, ...], decoys: 
     return True
 
 
-def generate(seed: int, report_id: str) -> Report:
-    """The report `seed` draws (deterministic: same seed, same report, on every machine)."""
+def _asked(rng: random.Random, level: int, specs: tuple[FieldSpec, ...], fy: int, restated: bool) -> set[str]:
+    """The keys a level asks: level 1 3-6 of the fiscal year's income-statement money fields, level 2 8-12 from the
+    income statement and balance sheet (a restated prior-year field among them where the report restates), level 3
+    all. Drawn from its own stream, so the figures are the same at every level."""
+    if level == FULL_LEVEL:
+        return {s.key for s in specs}
+    y = f"_fy{fy}"
+    if level == 1:
+        pool = [s.key for s in specs if s.section == "income statement" and s.kind == "money" and s.key.endswith(y)]
+        return set(rng.sample(pool, rng.randint(3, 6)))
+    pool = [s.key for s in specs if s.section in ("income statement", "balance sheet")]
+    prior = [k for k in pool if k.endswith(f"_fy{fy - 1}")]
+    first = [rng.choice(prior)] if restated else []
+    rest = [k for k in pool if k not in first]
+    return set(first + rng.sample(rest, rng.randint(8, 12) - len(first)))
+
+
+def generate(seed: int, report_id: str, level: int = FULL_LEVEL) -> Report:
+    """The report `seed` draws (deterministic: same seed, same report, on every machine), printed and asked at
+    `level` (`LEVELS`): the figures do not depend on the level, only which of them the document prints and the
+    answer asks."""
+    if level not in LEVELS:
+        raise ValueError(f"extraction level must be one of {', '.join(map(str, LEVELS))}, not {level!r}")
     rng = random.Random(f"extraction-v{GENERATOR_VERSION}-{seed}")
     company = f"{rng.choice(_PREFIX)}{rng.choice(_SUFFIX)} {rng.choice(_FORM)}"
     currency, symbol = rng.choice(CURRENCIES)
@@ -474,7 +504,12 @@ def generate(seed: int, report_id: str) -> Report:
         truth = {k: f[fact] for k, fact, *_ in rows}
         decoys = {k: tuple(_decoys(fact, f, fy, restated)) for k, fact, *_ in rows}
         if _distinct(truth, specs, decoys, cover=(float(fy), float(day), 1.0, *EXAMPLE.values())):
-            return Report(report_id=report_id, seed=seed, company=company, currency=currency, symbol=symbol, fy=fy,
-                          fy_end=f"{month} {day}", segments=segs, restated=restated, restatement_cause=cause, facts=f,
-                          specs=specs, truth=truth, decoys=decoys, relations=_relations(fy, segs))
+            asked = _asked(random.Random(f"extraction-level{level}-{seed}"), level, specs, fy, restated)
+            relations = tuple(r for r in _relations(fy, segs)
+                              if r.target in asked and all(k in asked for k, _ in r.terms))
+            return Report(report_id=report_id, seed=seed, level=level, company=company, currency=currency,
+                          symbol=symbol, fy=fy, fy_end=f"{month} {day}", segments=segs, restated=restated,
+                          restatement_cause=cause, facts=f, specs=tuple(s for s in specs if s.key in asked),
+                          truth={k: v for k, v in truth.items() if k in asked},
+                          decoys={k: v for k, v in decoys.items() if k in asked}, relations=relations)
     raise RuntimeError(f"seed {seed}: no draw told every field apart in 200 attempts (a generator bug)")
