@@ -53,22 +53,18 @@ def _xdist_worker() -> bool:
 
 
 def _share_the_cores() -> None:
-    """Give this pytest-xdist worker, and every process it starts, its share of the machine's cores: torch (in
-    the worker, in model builds, trainer runs and demos) one thread per share (`OMP_NUM_THREADS`), and its vLLM
-    servers their own cores (`server._vllm.replica_env`, what `looplift up --replicas` does). Two workers whose
-    torch each ran on every core waited on each other: two 150-step base builds side by side took 155 s on the
-    default threads and 84 s on one thread each (one alone: 67 s). A test that sets its own binding keeps it."""
+    """Give this pytest-xdist worker, and every process it starts, its share of the machine's cores for torch (in
+    the worker, in model builds, trainer runs and demos): one thread per share (`OMP_NUM_THREADS`). Two workers
+    whose torch each ran on every core waited on each other: two 150-step base builds side by side took 155 s on
+    the default threads and 84 s on one thread each (one alone: 67 s). vLLM keeps its own binding (every core):
+    pinned to the worker's one core, blue/green's second server, started beside the first under load, was not
+    healthy after 240 s (a measured run: the test took 542 s instead of 176)."""
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if count < 2 or not worker.removeprefix("gw").isdigit():
+    if count < 2 or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    from server._vllm import replica_env
-
-    index = int(worker.removeprefix("gw")) % count
-    threads = max(1, len(os.sched_getaffinity(0)) // count)
-    for name, value in {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-                        **replica_env(index, count)}.items():
-        os.environ.setdefault(name, value)
+    threads = str(max(1, len(os.sched_getaffinity(0)) // count))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
