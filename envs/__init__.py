@@ -18,7 +18,7 @@ from __future__ import annotations
 from ._arithmetic import ArithmeticEnv, ArithmeticVerifier, demonstration, held_out_tasks, training_tasks
 from ._arithmetic_suite import arithmetic_suite
 from ._envs import CodeEnv, ShellEnv, with_pool_stats
-from ._families import build_coding_tasks, env_families
+from ._families import build_coding_tasks, careless_extraction, env_families, extraction_family, family_sources
 from ._pools import BACKEND_ENV, HOST_FIX, HOST_WARNING, POOL_SIZE_ENV, UNSAFE_ENV
 
 __all__ = [
@@ -33,8 +33,11 @@ __all__ = [
     "UNSAFE_ENV",
     "arithmetic_suite",
     "build_coding_tasks",
+    "careless_extraction",
     "demonstration",
     "env_families",
+    "extraction_family",
+    "family_sources",
     "held_out_tasks",
     "training_tasks",
     "with_pool_stats",

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from sdk import EnvFamily
+from sdk import EnvFamily, Policy
 from sdk.infra import import_object
 
-__all__ = ["build_coding_tasks", "env_families"]
+__all__ = ["build_coding_tasks", "env_families", "extraction_family", "family_sources", "careless_extraction"]
 
 #: family name -> "module:callable" (the callable takes no arguments and returns an `EnvFamily`).
 _FAMILIES: dict[str, str] = {
@@ -65,3 +66,29 @@ def build_coding_tasks(**kwargs: Any) -> dict[str, Any]:
     from ._coding import build_tasks
 
     return build_tasks(**kwargs)
+
+
+def family_sources(name: str) -> list[Path]:
+    """The source files of family `name`'s package (what a model trained on its episodes depends on: tasks, prompts,
+    tools, verifier, policies), sorted; a `KeyError` for an unknown family."""
+    spec = importlib.util.find_spec(_FAMILIES[name].partition(":")[0])
+    if spec is None or spec.origin is None:
+        raise KeyError(f"family {name!r} is not installed")
+    origin = Path(spec.origin)
+    return sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
+
+
+def extraction_family(level: int = 3) -> EnvFamily:
+    """The extraction family at `level` (1: the income statement, 2: the statements, 3: the whole report; see
+    `envs._extraction`), imported only when called (it needs reportlab and pdfplumber)."""
+    from ._extraction import family
+
+    return family(level=level)
+
+
+def careless_extraction(rate: float, seed: int = 0) -> Policy:
+    """The extraction oracle with one careless reader's mistake on a share `rate` of the tasks (the extraction base
+    model's demonstrations: `trainer.build_extraction_model`)."""
+    from ._extraction import careless
+
+    return careless(rate, seed)

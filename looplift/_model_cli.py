@@ -3,6 +3,7 @@ initialised and trained here), and list the families.
 
     looplift model list [--json]
     looplift model build --family NAME --out DIR [--size tiny|small] [--steps N] [--seed S] [--force]
+    looplift model build --family NAME --env extraction [--level 1|2|3] [--out DIR] [--steps N] [--seed S]
 
 `build` writes a complete Hugging Face directory that vLLM serves as it is (`looplift up --model DIR`):
 config.json, model.safetensors, the tokenizer files, chat_template.jinja, generation_config.json and
@@ -57,7 +58,13 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="One JSON object
 @app.command("build")
 def build_cmd(
     family: str = typer.Option(..., "--family", help="Which family (see `looplift model list`)."),
-    out: Path = typer.Option(..., "--out", help="The model directory to write (must not hold files without --force)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="The model directory to write (must not hold files "
+                                                           "without --force); with --env, default: the cache."),
+    env: Optional[str] = typer.Option(None, "--env", help="extraction: train on the extraction family's episodes at "
+                                                          "--level (its base model, cached by a hash of what "
+                                                          "determines it) instead of the default demonstrations."),
+    level: int = typer.Option(1, "--level", help="With --env extraction: 1 (the income statement), 2 (the "
+                                                 "statements) or 3 (the whole report)."),
     size: str = typer.Option("tiny", "--size", help="tiny (2 layers, hidden 128) | small (4 layers, hidden 256)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=0, help="Training steps (default: a short run, about "
                                                                       "a minute here; 0: untrained random weights)."),
@@ -65,6 +72,11 @@ def build_cmd(
     force: bool = typer.Option(False, "--force", help="Replace --out if it holds files."),
 ) -> None:
     """Build a model of FAMILY into OUT: the family's real tokenizer and formats, weights trained here."""
+    if env is not None:
+        _build_for_env(env, family, out, level, size, steps, seed, force)
+        return
+    if out is None:
+        cli_fail("--out is required (the model directory to write); only --env builds into the cache", _BAD_INPUT)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from trainer import DEFAULT_STEPS, ConfigError, build_family_model, check_build
@@ -87,3 +99,36 @@ def build_cmd(
                f"{meta['vocab_size']:,}, {meta['steps']} steps in {meta['seconds']} s; serve it with "
                f"`looplift up --model {model}` (vLLM tool parser {meta['tool_parser']}, tokenizer mode "
                f"{meta['tokenizer_mode']})", soft_wrap=True, markup=False, highlight=False)
+
+
+def _build_for_env(env: str, family: str, out: Optional[Path], level: int, size: str, steps: Optional[int], seed: int,
+                   force: bool) -> None:
+    """`--env extraction`: the family's base model for one extraction level (`trainer.build_extraction_model`)."""
+    if env != "extraction":
+        cli_fail(f"--env must be extraction (the one family with a base model of its own so far), not {env!r}",
+                 _BAD_INPUT)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trainer import ConfigError, ExtractionModelConfig, build_extraction_model, extraction_model_dir
+
+    cfg = ExtractionModelConfig(family=family, level=level, size=size, seed=seed,
+                                **({} if steps is None else {"steps": steps}))
+    try:
+        cfg.check()
+    except ConfigError as e:
+        cli_fail(str(e), _BAD_INPUT)
+    where = out or extraction_model_dir(cfg)
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        cli_fail(f"{out} exists and is not empty; pass --force to replace it, or choose another --out", _BAD_INPUT)
+    if (where / "looplift.json").is_file() and not force:
+        _err.print(f"cached: {where}", soft_wrap=True, markup=False, highlight=False)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn())
+    with Progress(*columns, console=_err) as bar:
+        task = bar.add_task(f"training {family} on extraction level {level}", total=cfg.steps, loss="-")
+        model = build_extraction_model(cfg, out_dir=out, force=force, say=lambda text: bar.console.print(text),
+                                       progress=lambda s, _t, loss: bar.update(task, completed=s, loss=f"{loss:.3f}"))
+    meta = json.loads((model / "looplift.json").read_text())
+    _out.print(f"wrote {model}: {meta['family']} {meta['size']} for extraction level {level}, "
+               f"{meta['demonstrations']} demonstrations, {meta['config']['steps']} steps in {meta['seconds']} s; "
+               f"serve it with `looplift up --model {model}`", soft_wrap=True, markup=False, highlight=False)

@@ -42,6 +42,9 @@ _EXPORTS = {
     "build_base_model": "._base_model",
     "write_lora_adapter": "._base_model",
     "write_untrained": "._base_model",
+    "ExtractionModelConfig": "._extraction_model",
+    "build_extraction_model": "._extraction_model",
+    "extraction_model_dir": "._extraction_model",
     "DEFAULT_STEPS": "._families",
     "FAMILIES": "._families",
     "SIZES": "._families",
@@ -129,6 +132,7 @@ _EXPORTS = {
 
 __all__ = [  # a literal, so linters see the TYPE_CHECKING imports below as re-exports; equals _EXPORTS' keys
     "CanaryConfig", "CanaryWatch", "WatchConfig", "canary_config",
+    "ExtractionModelConfig", "build_extraction_model", "extraction_model_dir",
     "DEFAULT_STEPS", "FAMILIES", "SIZES", "ModelFamily", "NoLoraTargets", "build_family_model", "calc_demo",
     "check_build", "family_tokenizer", "lookup_demo",
     "lora_model", "lora_targets", "model_family", "save_adapter",
@@ -149,6 +153,7 @@ if TYPE_CHECKING:
     from ._canary import CanaryConfig, CanaryWatch, WatchConfig
     from ._config import LoopliftConfig, canary_config, job_config, load_config, schedule_config
     from ._dist import DistConfig
+    from ._extraction_model import ExtractionModelConfig, build_extraction_model, extraction_model_dir
     from ._families import (
         DEFAULT_STEPS,
         FAMILIES,

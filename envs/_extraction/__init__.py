@@ -62,7 +62,10 @@ SPLITS AND CACHE
     `$LOOPLIFT_HOME/envs/extraction/v1/`; `bench/extraction.py` builds the held-out split and measures it.
 
 POLICIES (`_policies`)
-    oracle (reads every page and table through the tools, computes the answer, 3 turns), noop, and
+    oracle (reads every page and table through the tools, computes the answer, 3 turns); careless (the
+    oracle with one careless reader's mistake in one field on half the tasks: `MISTAKES`, a scale missed,
+    the other year, two fields swapped; `careless(rate)` for another share: the extraction base model's
+    demonstrations), noop, and
     the cheats cheat-zeros, cheat-first-number, cheat-schema-example, cheat-every-number, cheat-inject,
     cheat-huge-number (10**309, 1e999, NaN: rejected as bad fields, never a verifier crash) and
     cheat-rebuild-from-id (regenerates the truth from the report id the prompt shows; 0 because the id
@@ -77,7 +80,7 @@ from __future__ import annotations
 
 from ._env import ExtractionEnv
 from ._family import family
-from ._policies import POLICIES
+from ._policies import MISTAKES, POLICIES, careless
 from ._store import build, build_all, cache_root
 from ._tasks import HELD_OUT_SIZE, MAX_SUBMISSIONS, held_out_seeds, report, tasks
 from ._tools import TEXT_FORMAT_HINT, TOOL_SPECS
@@ -90,6 +93,7 @@ __all__ = [
     "FULL_LEVEL",
     "HELD_OUT_SIZE",
     "LEVELS",
+    "MISTAKES",
     "MAX_SUBMISSIONS",
     "POLICIES",
     "TEXT_FORMAT_HINT",
@@ -97,6 +101,7 @@ __all__ = [
     "build",
     "build_all",
     "cache_root",
+    "careless",
     "family",
     "grade",
     "held_out_seeds",

@@ -23,10 +23,11 @@ Cheats, each of which must score 0:
 from __future__ import annotations
 
 import json
+import random
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from sdk import Message, Task
+from sdk import Message, Policy, Task
 
 from . import _vocab
 from ._truth import generate
@@ -156,15 +157,24 @@ def _solve(task: Task, pages: dict[int, str], tables: dict[tuple[int, int], str]
     return {k: a[k] for k in keys}
 
 
+#: The income statement's amounts: answer field, row (`_vocab.LABELS` key), whether the field is the absolute value.
+_IS_FIELDS = (("revenue", "revenue", False), ("cost_of_revenue", "cor", True), ("gross_profit", "gp", False),
+              ("rd_expense", "rd", True), ("sga_expense", "sga", True), ("operating_income", "oi", False),
+              ("other_income_net", "other", False), ("income_before_tax", "ibt", False), ("income_tax", "tax", True),
+              ("net_income", "ni", False))
+
+
+def _statement_figure(t: _Tables, field: str, year: int, *, scaled: bool = True) -> float:
+    """An income-statement amount of `year` as the answer states it (`field` as in `_IS_FIELDS`)."""
+    key, absolute = next((k, ab) for f, k, ab in _IS_FIELDS if f == field)
+    v = t.get("is", key, year, scaled=scaled)
+    return abs(v) if absolute else v
+
+
 def _solve_statements(t: _Tables, fy: int, a: dict[str, float]) -> None:
     y, p = f"fy{fy}", f"fy{fy - 1}"
-    for field, key, absolute in (("revenue", "revenue", False), ("cost_of_revenue", "cor", True),
-                                 ("gross_profit", "gp", False), ("rd_expense", "rd", True),
-                                 ("sga_expense", "sga", True), ("operating_income", "oi", False),
-                                 ("other_income_net", "other", False), ("income_before_tax", "ibt", False),
-                                 ("income_tax", "tax", True), ("net_income", "ni", False)):
-        v = t.get("is", key, fy)
-        a[f"{field}_{y}"] = abs(v) if absolute else v
+    for field, _key, _absolute in _IS_FIELDS:
+        a[f"{field}_{y}"] = _statement_figure(t, field, fy)
     a[f"diluted_eps_{y}"] = t.get("is", "eps", fy, scaled=False)
     a[f"diluted_shares_{y}"] = t.get("is", "shares", fy, scaled=False)
     for field, key in (("revenue", "revenue"), ("operating_income", "oi"), ("net_income", "ni")):
@@ -199,6 +209,61 @@ def _solve_notes(t: _Tables, fy: int, keys: list[str], a: dict[str, float]) -> N
 
 def oracle(task: Task, messages: list[Message]) -> Message | str:
     """Read every page, then every table, then submit the answer worked out from them."""
+    return _read_then_answer(task, messages, _solve)
+
+
+#: A careless reader's mistakes, each one a trap of the task: a figure copied as printed from a table in millions
+#: (or a table in thousands read as millions), the other fiscal year's figure, two fields' figures swapped.
+MISTAKES = ("scale", "period", "swap")
+
+
+def careless(rate: float, seed: int = 0) -> Policy:
+    """The oracle, except that on a share `rate` of the tasks (chosen by task id and `seed`, so a task is always
+    answered the same way) its one submission carries one mistake in one field (`MISTAKES`: which ones the
+    document allows). Its episodes are the extraction model's demonstrations (`trainer.build_extraction_model`):
+    the family's own tool-call format, right on most tasks and wrong the way a careless reader is on the rest."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"careless: rate must be within 0..1, not {rate!r}")
+
+    def solve(task: Task, pages: dict[int, str], tables: dict[tuple[int, int], str]) -> dict[str, float]:
+        answer = _solve(task, pages, tables)
+        rng = random.Random(f"careless-{seed}-{task.id}")
+        if rng.random() >= rate:
+            return answer
+        return _mistake(rng, answer, _Tables(pages, tables))
+
+    def policy(task: Task, messages: list[Message]) -> Message | str:
+        return _read_then_answer(task, messages, solve)
+
+    policy.__name__ = policy.__qualname__ = f"careless_{rate:g}"
+    return policy
+
+
+def _mistake(rng: random.Random, answer: dict[str, float], t: _Tables) -> dict[str, float]:
+    """`answer` with one careless reader's mistake in it (a copy)."""
+    out = dict(answer)
+    fy = max(int(k.rsplit("_fy", 1)[1]) for k in out if "_fy" in k)
+    statement = [k for k in out if k.endswith(f"_fy{fy}") and k[:-7] in {f for f, _, _ in _IS_FIELDS}]
+    kinds = [m for m in MISTAKES if (m != "swap" or len(out) > 1) and (m == "swap" or statement)]
+    kind = rng.choice(kinds)
+    if kind == "swap":
+        a, b = rng.sample(sorted(out), 2)
+        out[a], out[b] = out[b], out[a]
+        return out
+    key = rng.choice(statement)
+    field = key[:-7]
+    if kind == "period":
+        out[key] = _statement_figure(t, field, fy - 1)
+    else:  # as printed: a table in millions copied without the x1000, one in thousands taken for millions
+        _rows, factor = t.by_kind["is"]
+        out[key] = _statement_figure(t, field, fy, scaled=False) * (1.0 if factor != 1.0 else 1000.0)
+    return out
+
+
+def _read_then_answer(task: Task, messages: list[Message],
+                      solve: Callable[[Task, dict[int, str], dict[tuple[int, int], str]], dict[str, float]]
+                      ) -> Message | str:
+    """Read every page, then every table, then submit `solve(task, pages, tables)` once."""
     hist = _history(messages)
     first = next(m.content or "" for m in messages if m.role == "user")
     n_pages = int(_PAGES.search(first).group(1))  # type: ignore[union-attr]
@@ -212,7 +277,7 @@ def oracle(task: Task, messages: list[Message]) -> Message | str:
         return _calls(messages, *(("get_table", {"page": p, "index": i}) for p, i in wanted))
     if _submitted(messages):
         return "I have nothing to add to my answer."
-    return _calls(messages, ("submit_answer", {"answer": _solve(task, pages, tables)}))
+    return _calls(messages, ("submit_answer", {"answer": solve(task, pages, tables)}))
 
 
 def noop(task: Task, messages: list[Message]) -> str:
@@ -308,6 +373,7 @@ def cheat_rebuild_from_id(task: Task, messages: list[Message]) -> Message | str:
 
 POLICIES: dict[str, Any] = {
     "oracle": oracle,
+    "careless": careless(0.5),
     "noop": noop,
     "cheat-zeros": cheat_zeros,
     "cheat-first-number": cheat_first_number,
