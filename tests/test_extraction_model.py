@@ -105,3 +105,20 @@ def test_a_tiny_build_trains_on_whole_tool_call_episodes(tmp_path: Path) -> None
     tok = AutoTokenizer.from_pretrained(out)
     assert "<tool_call>" in tok.apply_chat_template(convs[0], tools=tools, tokenize=False)
     assert len(said) == 3 and build_extraction_model(cfg, out_dir=out) == out  # built: read back, not rebuilt
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--family", "qwen"], "--out is required"),
+    (["--family", "qwen", "--env", "coding"], "--env must be extraction"),
+    (["--family", "qwen", "--env", "extraction", "--level", "5"], "level must be 1, 2 or 3"),
+    (["--family", "llama", "--env", "extraction"], "unknown model family 'llama'"),
+])
+def test_model_build_for_an_env_refuses_bad_input_in_one_line(argv: list[str], needle: str, tmp_path: Path) -> None:
+    """Catches: a traceback, an error that does not say what to change, or a build started before the check."""
+    from typer.testing import CliRunner
+
+    from looplift._model_cli import app
+
+    r = CliRunner().invoke(app, ["build", *argv], env={"LOOPLIFT_HOME": str(tmp_path)})
+    assert r.exit_code == 2 and needle in r.output.strip().splitlines()[-1] and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "models").exists()
