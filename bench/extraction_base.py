@@ -99,8 +99,13 @@ def _figures(trajs: list[sdk.Trajectory]) -> dict[str, object]:
     n = len(trajs)
     misses: Counter[str] = Counter()
     for t in trajs:
-        for cat in ((t.outcome.details or {}).get("errors") or {}).values() if t.outcome else ():
+        details = (t.outcome.details or {}) if t.outcome else {}
+        for cat in (details.get("errors") or {}).values():
             misses[str(cat)] += 1
+        if details.get("schema_errors"):  # the last answer was rejected whole: no field graded
+            misses["answer rejected (schema)"] += 1
+        if not details.get("submissions"):
+            misses["never submitted"] += 1
     return {"episodes": n, "success": round(sum(bool(t.outcome and t.outcome.success) for t in trajs) / n, 4),
             "field_accuracy": round(sum(t.outcome.reward for t in trajs if t.outcome) / n, 4),
             "misses": dict(misses.most_common()), "ended": dict(Counter(t.end_reason for t in trajs))}
