@@ -42,7 +42,8 @@ EXPECTED = {
                   "anonymize_trajectory", "create_app", "export", "open_store", "record_event", "serve_in_thread"},
     "trainer": {"CanaryConfig", "CanaryWatch", "WatchConfig", "canary_config",
                 "DEFAULT_STEPS", "FAMILIES", "SIZES", "ModelFamily", "NoLoraTargets", "build_family_model", "calc_demo",
-                "check_build", "family_tokenizer",
+                "check_build", "family_tokenizer", "ExtractionModelConfig", "build_extraction_model",
+                "extraction_model_dir",
                 "lookup_demo", "lora_model", "lora_targets", "model_family", "save_adapter",
                 "BaseModelConfig", "CheckerVerifier", "ConfigError", "CycleResult", "DPOConfig", "DPOResult", "DiskSpaceError",
                 "DistConfig",
@@ -64,7 +65,8 @@ EXPECTED = {
                   "reap_orphans"},
     "envs": {"ArithmeticEnv", "ArithmeticVerifier", "BACKEND_ENV", "CodeEnv", "HOST_FIX", "HOST_WARNING", "POOL_SIZE_ENV",
              "ShellEnv", "UNSAFE_ENV", "arithmetic_suite",
-             "build_coding_tasks", "demonstration", "env_families", "held_out_tasks", "training_tasks", "with_pool_stats"},
+             "build_coding_tasks", "careless_extraction", "demonstration", "env_families", "extraction_family",
+             "family_sources", "held_out_tasks", "training_tasks", "with_pool_stats"},
     "looplift": {"main"},
 }
 #: The base error each package's exported exceptions derive from.

@@ -102,14 +102,16 @@ def test_completions(client: httpx.Client) -> None:
 
 def test_openai_client_against_gateway(gateway: GatewayHandle) -> None:
     oc = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    # ignore_eos: exactly max_tokens tokens whatever the untrained model samples (it can sample EOS first: a CI run
+    # got one token back).
     resp = oc.chat.completions.create(model="policy", messages=CHAT, max_tokens=4,  # type: ignore[arg-type]
-                                      extra_body={"return_token_ids": True})
+                                      extra_body={"return_token_ids": True, "ignore_eos": True})
     assert resp.model == "policy-v0"
     assert resp.choices[0].model_extra and len(resp.choices[0].model_extra["token_ids"]) == 4
     # Counted by usage, not by chunks: vLLM sends no chunk for a token that ends inside a UTF-8 character (the
     # tiny model's sampled tokens often do), so 4 tokens can arrive in 3 chunks.
     chunks = list(oc.chat.completions.create(model="policy", messages=CHAT, max_tokens=4, stream=True,  # type: ignore[arg-type]
-                                             stream_options={"include_usage": True}))
+                                             stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
     assert {m.id for m in oc.models.list()} >= {"policy", "policy-v0"}
