@@ -77,8 +77,6 @@ def build_cmd(
         return
     if out is None:
         cli_fail("--out is required (the model directory to write); only --env builds into the cache", _BAD_INPUT)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from trainer import DEFAULT_STEPS, ConfigError, build_family_model, check_build
 
     n = DEFAULT_STEPS if steps is None else steps
@@ -88,9 +86,7 @@ def build_cmd(
         cli_fail(str(e), _BAD_INPUT)
     _err.print(f"building a {size} {family} model into {out} ({n} training steps) ...", soft_wrap=True,
                markup=False, highlight=False)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn())
-    with Progress(*columns, console=_err, disable=n == 0) as bar:
+    with _training_bar(disable=n == 0) as bar:
         task = bar.add_task(f"training {family}", total=n, loss="-")
         model = build_family_model(family, out, size=size, steps=n, seed=seed, force=force,
                                    progress=lambda s, _total, loss: bar.update(task, completed=s, loss=f"{loss:.3f}"))
@@ -101,30 +97,32 @@ def build_cmd(
                f"{meta['tokenizer_mode']})", soft_wrap=True, markup=False, highlight=False)
 
 
+def _training_bar(disable: bool = False) -> Any:
+    """The progress bar of a build on stderr: steps done, running loss, time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), console=_err, disable=disable)
+
+
 def _build_for_env(env: str, family: str, out: Optional[Path], level: int, size: str, steps: Optional[int], seed: int,
                    force: bool) -> None:
     """`--env extraction`: the family's base model for one extraction level (`trainer.build_extraction_model`)."""
     if env != "extraction":
         cli_fail(f"--env must be extraction (the one family with a base model of its own so far), not {env!r}",
                  _BAD_INPUT)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from trainer import ConfigError, ExtractionModelConfig, build_extraction_model, extraction_model_dir
 
     cfg = ExtractionModelConfig(family=family, level=level, size=size, seed=seed,
                                 **({} if steps is None else {"steps": steps}))
     try:
-        cfg.check()
+        cfg.check(out, force)
     except ConfigError as e:
         cli_fail(str(e), _BAD_INPUT)
     where = out or extraction_model_dir(cfg)
-    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        cli_fail(f"{out} exists and is not empty; pass --force to replace it, or choose another --out", _BAD_INPUT)
     if (where / "looplift.json").is_file() and not force:
         _err.print(f"cached: {where}", soft_wrap=True, markup=False, highlight=False)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn())
-    with Progress(*columns, console=_err) as bar:
+    with _training_bar() as bar:
         task = bar.add_task(f"training {family} on extraction level {level}", total=cfg.steps, loss="-")
         model = build_extraction_model(cfg, out_dir=out, force=force, say=lambda text: bar.console.print(text),
                                        progress=lambda s, _t, loss: bar.update(task, completed=s, loss=f"{loss:.3f}"))

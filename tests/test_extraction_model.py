@@ -122,3 +122,14 @@ def test_model_build_for_an_env_refuses_bad_input_in_one_line(argv: list[str], n
     r = CliRunner().invoke(app, ["build", *argv], env={"LOOPLIFT_HOME": str(tmp_path)})
     assert r.exit_code == 2 and needle in r.output.strip().splitlines()[-1] and "Traceback" not in r.output, r.output
     assert not (tmp_path / "models").exists()
+
+
+def test_a_build_into_a_directory_holding_files_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Catches: a library build replacing someone's files unasked (`build_family_model` refuses the same)."""
+    from trainer import ConfigError, ExtractionModelConfig, build_extraction_model
+
+    (tmp_path / "theirs.txt").write_text("keep me")
+    said: list[str] = []
+    with pytest.raises(ConfigError, match="exists and is not empty"):
+        build_extraction_model(ExtractionModelConfig(episodes=2, steps=1), out_dir=tmp_path, say=said.append)
+    assert said == [] and (tmp_path / "theirs.txt").read_text() == "keep me"

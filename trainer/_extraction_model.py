@@ -28,7 +28,7 @@ from sdk import looplift_home
 from sdk.infra import record_cost
 
 from ._data import Progress, encode_chat, train_on_active_vocab
-from ._families import _new_model, _one_thread, _write, family_tokenizer, model_family, model_size
+from ._families import _new_model, _one_thread, _write, check_out_dir, family_tokenizer, model_family, model_size
 from .errors import ConfigError
 
 #: Tokens a demonstration may have: a level-1 episode is ~1,900-2,100 with the qwen tokenizer (tools, prompt, the page,
@@ -53,8 +53,9 @@ class ExtractionModelConfig:
     batch_size: int = 8
     lr: float = 3e-3
 
-    def check(self) -> None:
-        """A `ConfigError` naming the field to change, before anything is built."""
+    def check(self, out_dir: Optional[Path] = None, force: bool = False) -> None:
+        """A `ConfigError` naming the field to change, before anything is built; with `out_dir`, also one when it
+        holds files and `force` is not set."""
         model_family(self.family)
         model_size(self.size)
         if self.level not in (1, 2, 3):
@@ -64,6 +65,8 @@ class ExtractionModelConfig:
                               f"{self.batch_size})")
         if not 0.0 <= self.wrong <= 1.0:
             raise ConfigError(f"the share of wrong demonstrations must be within 0..1, not {self.wrong}")
+        if out_dir is not None:
+            check_out_dir(out_dir, force)
 
     def key(self) -> str:
         """A hash of the config, the source that turns it into weights, and the libraries that run it."""
@@ -115,11 +118,14 @@ def build_extraction_model(cfg: ExtractionModelConfig = ExtractionModelConfig(),
                            force: bool = False, progress: Optional[Progress] = None,
                            say: Any = None) -> Path:
     """Build (or reuse the cached) extraction base model for `cfg`; returns its HF directory (served as it is:
-    `looplift up --model DIR`). `say(text)` hears each phase."""
+    `looplift up --model DIR`). `say(text)` hears each phase. An `out_dir` that holds anything but this build is a
+    `ConfigError` without `force`, as for `build_family_model`."""
     cfg.check()
     out = Path(out_dir) if out_dir is not None else extraction_model_dir(cfg)
     if (out / "looplift.json").is_file() and not force:
         return out
+    if out_dir is not None:
+        check_out_dir(out, force)
     tell = say or (lambda _text: None)
     t0 = time.monotonic()
     fam, shape = model_family(cfg.family), model_size(cfg.size)

@@ -378,9 +378,15 @@ def check_build(family: str, out_dir: Path, *, size: str = "tiny", steps: int = 
     family or size, negative steps, an `out_dir` that holds files (without `force`)."""
     model_family(family)
     model_size(size)
-    out = Path(out_dir)
     if steps < 0:
         raise ConfigError(f"--steps must be 0 or more, not {steps}")
+    check_out_dir(out_dir, force)
+
+
+def check_out_dir(out_dir: Path, force: bool) -> None:
+    """A `ConfigError` when `out_dir` holds files (a file, or a directory that is not empty) and `force` is not set:
+    a build never replaces someone's files unasked."""
+    out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
         raise ConfigError(f"{out} exists and is not empty; pass --force to replace it, or choose another --out")
 

@@ -11,7 +11,7 @@ from sdk import Budget, EnvFamily
 from ._env import ExtractionEnv
 from ._policies import POLICIES
 from ._tasks import tasks
-from ._truth import FULL_LEVEL, LEVELS
+from ._truth import FULL_LEVEL, check_level
 from ._verify import ExtractionVerifier
 
 #: Assistant turns per episode. A model that reads one page per turn needs ~15-25 (10-11 pages, ~9
@@ -33,8 +33,7 @@ def family(home: Optional[Path] = None, level: int = FULL_LEVEL) -> EnvFamily:
     """The `extraction` family at `level` (1, 2 or 3: `_truth.LEVELS`; default the whole report); `home` overrides
     where built reports are cached (default $LOOPLIFT_HOME). Every level has the same tools, verifier, tolerances and
     traps, and the same held-out seeds."""
-    if level not in LEVELS:
-        raise ValueError(f"extraction level must be one of {', '.join(map(str, LEVELS))}, not {level!r}")
+    check_level(level)
     return EnvFamily(
         name="extraction",
         description="Financial reports: multi-page PDFs with tables, notes, restatements and changing scales; "

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from sdk import Message, Policy, Task
 
@@ -139,7 +139,7 @@ def _n_tables(page_text: str) -> int:
 
 def _solve(task: Task, pages: dict[int, str], tables: dict[tuple[int, int], str]) -> dict[str, float]:
     keys = _keys(task)
-    fy = max(int(m.group(1)) for k in keys if (m := re.search(r"_fy(\d{4})$", k)))
+    fy = _fiscal_year(keys)
     t = _Tables(pages, tables)
     y = f"fy{fy}"
     a: dict[str, float] = {}
@@ -169,6 +169,11 @@ def _statement_figure(t: _Tables, field: str, year: int, *, scaled: bool = True)
     key, absolute = next((k, ab) for f, k, ab in _IS_FIELDS if f == field)
     v = t.get("is", key, year, scaled=scaled)
     return abs(v) if absolute else v
+
+
+def _fiscal_year(keys: Iterable[str]) -> int:
+    """The report's fiscal year: the latest `_fy<year>` among the answer's keys."""
+    return max(int(m.group(1)) for k in keys if (m := re.search(r"_fy(\d{4})$", k)))
 
 
 def _solve_statements(t: _Tables, fy: int, a: dict[str, float]) -> None:
@@ -242,7 +247,7 @@ def careless(rate: float, seed: int = 0) -> Policy:
 def _mistake(rng: random.Random, answer: dict[str, float], t: _Tables) -> dict[str, float]:
     """`answer` with one careless reader's mistake in it (a copy)."""
     out = dict(answer)
-    fy = max(int(k.rsplit("_fy", 1)[1]) for k in out if "_fy" in k)
+    fy = _fiscal_year(out)
     statement = [k for k in out if k.endswith(f"_fy{fy}") and k[:-7] in {f for f, _, _ in _IS_FIELDS}]
     kinds = [m for m in MISTAKES if (m != "swap" or len(out) > 1) and (m == "swap" or statement)]
     kind = rng.choice(kinds)

@@ -27,7 +27,7 @@ from typing import Any, Literal, Optional
 from sdk import Task
 from sdk.infra import ensure_secret
 
-from ._truth import EXAMPLE, FULL_LEVEL, GENERATOR_VERSION, LEVELS, Report, generate
+from ._truth import EXAMPLE, FULL_LEVEL, GENERATOR_VERSION, LEVELS, Report, check_level, generate
 
 HELD_OUT_BASE = 10_000_000
 HELD_OUT_SIZE = 200
@@ -132,7 +132,6 @@ def tasks(split: Literal["train", "held_out"], n: Optional[int] = None, seed: in
     `HELD_OUT_SIZE` reports at every level, never a training report at any)."""
     if split not in ("train", "held_out"):
         raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
-    if level not in LEVELS:
-        raise ValueError(f"extraction level must be one of {', '.join(map(str, LEVELS))}, not {level!r}")
+    check_level(level)
     seeds = held_out_seeds(n) if split == "held_out" else train_seeds(n, seed)
     return [make_task(s, split, level) for s in seeds]

@@ -43,6 +43,12 @@ GENERATOR_VERSION = 1
 LEVELS = (1, 2, 3)
 FULL_LEVEL = 3
 
+
+def check_level(level: object) -> None:
+    """A `ValueError` naming the levels there are, for anything else."""
+    if level not in LEVELS:
+        raise ValueError(f"extraction level must be one of {', '.join(map(str, LEVELS))}, not {level!r}")
+
 #: Placeholder value per kind in the published answer example; no field is ever within 3x tolerance of one.
 EXAMPLE: dict[Kind, float] = {"money": 1234.5, "shares": 1234.5, "per_share": 1.23, "percent": 12.3, "count": 1234}
 
@@ -484,8 +490,7 @@ def generate(seed: int, report_id: str, level: int = FULL_LEVEL) -> Report:
     """The report `seed` draws (deterministic: same seed, same report, on every machine), printed and asked at
     `level` (`LEVELS`): the figures do not depend on the level, only which of them the document prints and the
     answer asks."""
-    if level not in LEVELS:
-        raise ValueError(f"extraction level must be one of {', '.join(map(str, LEVELS))}, not {level!r}")
+    check_level(level)
     rng = random.Random(f"extraction-v{GENERATOR_VERSION}-{seed}")
     company = f"{rng.choice(_PREFIX)}{rng.choice(_SUFFIX)} {rng.choice(_FORM)}"
     currency, symbol = rng.choice(CURRENCIES)
