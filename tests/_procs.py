@@ -28,12 +28,10 @@ def stat(pid: int | str) -> list[str]:
         return []
 
 
-
 def alive(pid: int) -> bool:
     """A process that runs: not gone, not a zombie waiting to be reaped."""
     st = stat(pid)
     return bool(st) and st[0] != "Z"
-
 
 
 def settles(cond: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
@@ -45,13 +43,11 @@ def settles(cond: Callable[[], bool], timeout: float, step: float = 0.1) -> bool
     return cond()
 
 
-
 def env(**extra: str) -> dict[str, str]:
     env = env_without_config()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env.update(extra)
     return env
-
 
 
 def owned_containers(owner_pid: int) -> list[str]:
@@ -84,12 +80,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-
 def children(pid: int) -> list[int]:
     """Live processes whose parent is `pid`."""
     return [int(p) for p in filter(str.isdigit, os.listdir("/proc")) if (st := stat(p)) and st[0] != "Z"
             and int(st[1]) == pid]
-
 
 
 def environ_has(pid: str, marker: bytes) -> bool:
@@ -170,14 +164,12 @@ class Run:
         self.code = code
 
 
-
 def owned_containers_or_none(pid: int) -> list[str] | None:
     """Like `owned_containers`, or None when no Docker engine answers (the run then used local sandboxes)."""
     try:
         return owned_containers(pid)
     except Exception:  # noqa: BLE001 - no engine, no docker-py: nothing of ours can be there
         return None
-
 
 
 def candidate_loaded(home: Path, version: str = "policy-v1") -> bool:

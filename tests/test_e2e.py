@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from _procs import Run, candidate_loaded
+from _procs import free_port as _free_port
 
 from sandboxes import detect_backend
 from sdk.infra import env_without_config
@@ -37,12 +38,6 @@ def _env(home: Path) -> dict[str, str]:
     env = env_without_config()
     env["LOOPLIFT_HOME"] = str(home)
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cycles_written(out: Path) -> int:
